@@ -1,0 +1,266 @@
+"""Loading a fixed-base MuJoCo arm into the arrays the regressor works on.
+
+A *moving body* is a MuJoCo body with at least one joint. Bodies without a
+joint are welded to their parent: their mass is merged into the nearest moving
+ancestor (or dropped when welded to the world), so the regressor has one
+10-parameter block per moving body. Hinge and slide joints only; serial
+chains and trees.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from .errors import ModelError
+from .inertia import from_com_inertia, transform_parameters
+
+HINGE, SLIDE = 0, 1
+_TYPE_NAMES = {mujoco.mjtJoint.mjJNT_FREE: "free", mujoco.mjtJoint.mjJNT_BALL: "ball"}
+
+
+@dataclass(frozen=True, eq=False)
+class KinematicTree:
+    """Constant geometry of the moving bodies, in model order.
+
+    Per moving body b (nb of them): ``parent[b]`` index of the moving parent or -1 for the
+    world; ``fixed_rotation[b]`` (3, 3) and ``fixed_translation[b]`` (3,) place the body frame,
+    with its joints at their reference positions, in the parent's frame (the world for -1).
+    Per joint j (n of them, MuJoCo dof order): ``joint_body``, ``joint_type`` (HINGE/SLIDE),
+    ``joint_axis`` (3,) and ``joint_pos`` (3,) in the body frame, ``joint_ref`` (qpos0).
+    ``support[j, b]`` is True when joint j moves body b.
+    """
+
+    parent: np.ndarray
+    fixed_rotation: np.ndarray
+    fixed_translation: np.ndarray
+    joint_body: np.ndarray
+    joint_type: np.ndarray
+    joint_axis: np.ndarray
+    joint_pos: np.ndarray
+    joint_ref: np.ndarray
+    support: np.ndarray
+    body_joints: tuple = field(default=())
+
+    @property
+    def n_bodies(self) -> int:
+        return len(self.parent)
+
+    @property
+    def n_joints(self) -> int:
+        return len(self.joint_body)
+
+
+def _body_pose(data: mujoco.MjData, body: int) -> tuple[np.ndarray, np.ndarray]:
+    return data.xmat[body].reshape(3, 3).copy(), data.xpos[body].copy()
+
+
+def _compile(path: Path, mesh_dir: str | Path | None) -> mujoco.MjModel:
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    try:
+        spec = mujoco.MjSpec.from_file(str(path))
+        if mesh_dir is not None:
+            mesh_dir = Path(mesh_dir)
+            if not mesh_dir.is_dir():
+                raise ModelError(f"mesh directory not found: {mesh_dir}")
+            spec.meshdir = str(mesh_dir.resolve())
+        return spec.compile()
+    except ValueError as err:
+        text = " ".join(str(err).split())
+        hint = ""
+        if "opening file" in text and "ParseXML" not in text:
+            hint = " (a mesh or other asset is missing: check the file names or pass --mesh-dir)"
+        raise ModelError(f"cannot load MuJoCo model {path}: {text}{hint}") from None
+
+
+def _moving_ancestor(model: mujoco.MjModel, body: int) -> int:
+    """Nearest body at or above ``body`` that carries a joint; 0 (world) if none."""
+    while body != 0 and model.body_jntnum[body] == 0:
+        body = model.body_parentid[body]
+    return body
+
+
+def _merged_parameters(model, data, moving_ids):
+    """Standard parameters (nb, 10) per moving body, welded descendants merged in.
+
+    Uses MuJoCo's own kinematics at qpos0 for the relative placement of welded bodies,
+    which is constant by definition.
+    """
+    index = {b: i for i, b in enumerate(moving_ids)}
+    theta = np.zeros((len(moving_ids), 10))
+    merged = [[] for _ in moving_ids]
+    for body in range(1, model.nbody):
+        owner = _moving_ancestor(model, body)
+        if owner == 0:
+            continue
+        i = index[owner]
+        # body inertia at its CoM with principal axes body_iquat, in the body frame
+        rot_i = np.empty(9)
+        mujoco.mju_quat2Mat(rot_i, model.body_iquat[body])
+        rot_i = rot_i.reshape(3, 3)
+        inertia_com = rot_i @ np.diag(model.body_inertia[body]) @ rot_i.T
+        local = from_com_inertia(model.body_mass[body], model.body_ipos[body], inertia_com)
+        r_owner, p_owner = _body_pose(data, owner)
+        r_body, p_body = _body_pose(data, body)
+        theta[i] += transform_parameters(local, r_owner.T @ r_body, r_owner.T @ (p_body - p_owner))
+        if body != owner:
+            merged[i].append(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body) or f"body{body}")
+    return theta, tuple(tuple(m) for m in merged)
+
+
+def _build_tree(model, data, moving_ids) -> KinematicTree:
+    index = {b: i for i, b in enumerate(moving_ids)}
+    nb, n = len(moving_ids), model.njnt
+    parent = np.full(nb, -1)
+    fixed_rotation = np.empty((nb, 3, 3))
+    fixed_translation = np.empty((nb, 3))
+    for i, body in enumerate(moving_ids):
+        anc = _moving_ancestor(model, model.body_parentid[body])
+        r_body, p_body = _body_pose(data, body)
+        if anc == 0:
+            fixed_rotation[i], fixed_translation[i] = r_body, p_body
+        else:
+            parent[i] = index[anc]
+            r_anc, p_anc = _body_pose(data, anc)
+            fixed_rotation[i] = r_anc.T @ r_body
+            fixed_translation[i] = r_anc.T @ (p_body - p_anc)
+    joint_body = np.array([index[b] for b in model.jnt_bodyid])
+    joint_type = np.where(model.jnt_type == mujoco.mjtJoint.mjJNT_HINGE, HINGE, SLIDE)
+    support = np.zeros((n, nb), dtype=bool)
+    for i in range(nb):
+        b = i
+        while b != -1:
+            support[joint_body == b, i] = True
+            b = parent[b]
+    body_joints = tuple(tuple(np.flatnonzero(joint_body == i)) for i in range(nb))
+    return KinematicTree(
+        parent=parent, fixed_rotation=fixed_rotation, fixed_translation=fixed_translation,
+        joint_body=joint_body, joint_type=joint_type, joint_axis=model.jnt_axis.copy(),
+        joint_pos=model.jnt_pos.copy(), joint_ref=model.qpos0.copy(), support=support,
+        body_joints=body_joints)
+
+
+@dataclass(frozen=True, eq=False)
+class Robot:
+    """A fixed-base arm ready for identification.
+
+    Joints are in MuJoCo dof order (n of them); moving bodies in model order (nb).
+    ``nominal_parameters`` (nb, 10) are the model's standard parameters with welded
+    bodies merged. Joint properties (n,): ``armature`` kg m^2 (or kg), ``damping``
+    N m s/rad, ``frictionloss`` N m, ``joint_range`` (n, 2) rad or m (inf when unlimited).
+    """
+
+    path: Path | None
+    model: mujoco.MjModel
+    tree: KinematicTree
+    joint_names: tuple
+    body_names: tuple
+    body_ids: np.ndarray
+    merged_bodies: tuple
+    terminal_body: str
+    terminal_joint: str
+    gravity: np.ndarray
+    nominal_parameters: np.ndarray
+    armature: np.ndarray
+    damping: np.ndarray
+    frictionloss: np.ndarray
+    joint_range: np.ndarray
+
+    @property
+    def n_joints(self) -> int:
+        return self.tree.n_joints
+
+    @property
+    def n_bodies(self) -> int:
+        return self.tree.n_bodies
+
+    @property
+    def terminal_index(self) -> int:
+        """Index of the terminal body among the moving bodies."""
+        return self.body_names.index(self.terminal_body)
+
+    def regressor(self, q, dq, ddq) -> np.ndarray:
+        """Inertial joint-torque regressor Y, shape (N, n, 10 nb).
+
+        q, dq, ddq: (N, n) or (n,) in rad, rad/s, rad/s^2 (m for slides). ``Y @ theta``
+        with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
+        torques in N m (N for slides), gravity included.
+        """
+        from .regressor import joint_torque_regressor
+        return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
+
+    def inverse_dynamics(self, q, dq, ddq, parameters=None) -> np.ndarray:
+        """Joint torques (N, n) of the model: rigid body plus armature, damping and Coulomb friction.
+
+        ``parameters`` (nb, 10) overrides the nominal inertial parameters. Coulomb friction
+        uses sign(dq), the limit MuJoCo's friction loss approaches while sliding.
+        """
+        theta = self.nominal_parameters if parameters is None else np.asarray(parameters)
+        q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
+        tau = self.regressor(q, dq, ddq) @ theta.reshape(-1)
+        return tau + self.armature * ddq + self.damping * dq + self.frictionloss * np.sign(dq)
+
+
+def _resolve_terminal(model, tree, moving_ids, names, terminal_body, terminal_joint):
+    joint_names = names["joint"]
+    if terminal_joint is not None:
+        if terminal_joint not in joint_names:
+            raise ModelError(f"terminal joint '{terminal_joint}' is not in the model; joints are {list(joint_names)}")
+        body = tree.joint_body[joint_names.index(terminal_joint)]
+        return body, terminal_joint
+    if terminal_body is not None:
+        body_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, terminal_body)
+        if body_id < 0:
+            raise ModelError(f"terminal body '{terminal_body}' is not in the model")
+        owner = _moving_ancestor(model, body_id)
+        if owner == 0:
+            raise ModelError(f"terminal body '{terminal_body}' is welded to the world and never moves")
+        body = moving_ids.index(owner)
+    else:
+        depth = np.zeros(tree.n_bodies, dtype=int)
+        for b in range(tree.n_bodies):  # parents come first in model order
+            depth[b] = 0 if tree.parent[b] < 0 else depth[tree.parent[b]] + 1
+        body = int(np.flatnonzero(depth == depth.max())[-1])
+    return body, joint_names[tree.body_joints[body][-1]]
+
+
+def load_robot(path, terminal_body: str | None = None, terminal_joint: str | None = None,
+               mesh_dir=None) -> Robot:
+    """Load a fixed-base MJCF arm.
+
+    The terminal body is the deepest joint-carrying body (the last one in model order on
+    ties) unless ``terminal_body`` (a body name; a welded body resolves to the moving body
+    it is welded to) or ``terminal_joint`` names it. Raises ModelError with a readable
+    message for missing or malformed files, free or ball joints, no joints, unknown names.
+    """
+    path = Path(path)
+    model = _compile(path, mesh_dir)
+    if model.njnt == 0:
+        raise ModelError(f"{path} has no joints: nothing to identify")
+    bad = [(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}", _TYPE_NAMES[t])
+           for j, t in enumerate(model.jnt_type) if t in _TYPE_NAMES]
+    if bad:
+        listed = ", ".join(f"'{n}' ({t})" for n, t in bad)
+        raise ModelError(f"{path}: only hinge and slide joints of a fixed-base arm are supported; found {listed}")
+    data = mujoco.MjData(model)
+    data.qpos[:] = model.qpos0
+    mujoco.mj_kinematics(model, data)
+    moving_ids = [b for b in range(1, model.nbody) if model.body_jntnum[b] > 0]
+    tree = _build_tree(model, data, moving_ids)
+    theta, merged = _merged_parameters(model, data, moving_ids)
+    names = {
+        "joint": tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}" for j in range(model.njnt)),
+        "body": tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in moving_ids),
+    }
+    term_body, term_joint = _resolve_terminal(model, tree, moving_ids, names, terminal_body, terminal_joint)
+    limited = model.jnt_limited.astype(bool)
+    joint_range = np.where(limited[:, None], model.jnt_range, [-np.inf, np.inf])
+    return Robot(
+        path=path, model=model, tree=tree, joint_names=names["joint"], body_names=names["body"],
+        body_ids=np.array(moving_ids), merged_bodies=merged, terminal_body=names["body"][term_body],
+        terminal_joint=term_joint, gravity=model.opt.gravity.copy(), nominal_parameters=theta,
+        armature=model.dof_armature.copy(), damping=model.dof_damping.copy(),
+        frictionloss=model.dof_frictionloss.copy(), joint_range=joint_range)
