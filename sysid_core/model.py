@@ -18,7 +18,7 @@ from .errors import ModelError
 from .inertia import from_com_inertia, transform_parameters
 
 HINGE, SLIDE = 0, 1
-_TYPE_NAMES = {mujoco.mjtJoint.mjJNT_FREE: "free", mujoco.mjtJoint.mjJNT_BALL: "ball"}
+_TYPE_NAMES = {int(mujoco.mjtJoint.mjJNT_FREE): "free", int(mujoco.mjtJoint.mjJNT_BALL): "ball"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +91,7 @@ def _merged_parameters(model, data, moving_ids):
     """
     index = {b: i for i, b in enumerate(moving_ids)}
     theta = np.zeros((len(moving_ids), 10))
+    own = np.zeros((len(moving_ids), 10))
     merged = [[] for _ in moving_ids]
     for body in range(1, model.nbody):
         owner = _moving_ancestor(model, body)
@@ -108,7 +109,9 @@ def _merged_parameters(model, data, moving_ids):
         theta[i] += transform_parameters(local, r_owner.T @ r_body, r_owner.T @ (p_body - p_owner))
         if body != owner:
             merged[i].append(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body) or f"body{body}")
-    return theta, tuple(tuple(m) for m in merged)
+        else:
+            own[i] = local
+    return theta, own, tuple(tuple(m) for m in merged)
 
 
 def _build_tree(model, data, moving_ids) -> KinematicTree:
@@ -128,7 +131,7 @@ def _build_tree(model, data, moving_ids) -> KinematicTree:
             fixed_rotation[i] = r_anc.T @ r_body
             fixed_translation[i] = r_anc.T @ (p_body - p_anc)
     joint_body = np.array([index[b] for b in model.jnt_bodyid])
-    joint_type = np.where(model.jnt_type == mujoco.mjtJoint.mjJNT_HINGE, HINGE, SLIDE)
+    joint_type = np.where(model.jnt_type == int(mujoco.mjtJoint.mjJNT_HINGE), HINGE, SLIDE)
     support = np.zeros((n, nb), dtype=bool)
     for i in range(nb):
         b = i
@@ -149,7 +152,8 @@ class Robot:
 
     Joints are in MuJoCo dof order (n of them); moving bodies in model order (nb).
     ``nominal_parameters`` (nb, 10) are the model's standard parameters with welded
-    bodies merged. Joint properties (n,): ``armature`` kg m^2 (or kg), ``damping``
+    bodies merged; ``own_parameters`` (nb, 10) those of each body alone, so the welded
+    share is their difference; ``merged_bodies`` names the welded bodies per moving body. Joint properties (n,): ``armature`` kg m^2 (or kg), ``damping``
     N m s/rad, ``frictionloss`` N m, ``joint_range`` (n, 2) rad or m (inf when unlimited).
     """
 
@@ -164,6 +168,7 @@ class Robot:
     terminal_joint: str
     gravity: np.ndarray
     nominal_parameters: np.ndarray
+    own_parameters: np.ndarray
     armature: np.ndarray
     damping: np.ndarray
     frictionloss: np.ndarray
@@ -204,6 +209,12 @@ class Robot:
         return tau + self.armature * ddq + self.damping * dq + self.frictionloss * np.sign(dq)
 
 
+def _gravity(model: mujoco.MjModel) -> np.ndarray:
+    if model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_GRAVITY:
+        return np.zeros(3)
+    return model.opt.gravity.copy()
+
+
 def _resolve_terminal(model, tree, moving_ids, names, terminal_body, terminal_joint):
     joint_names = names["joint"]
     if terminal_joint is not None:
@@ -241,7 +252,7 @@ def load_robot(path, terminal_body: str | None = None, terminal_joint: str | Non
     if model.njnt == 0:
         raise ModelError(f"{path} has no joints: nothing to identify")
     bad = [(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}", _TYPE_NAMES[t])
-           for j, t in enumerate(model.jnt_type) if t in _TYPE_NAMES]
+           for j, t in enumerate(model.jnt_type.tolist()) if t in _TYPE_NAMES]
     if bad:
         listed = ", ".join(f"'{n}' ({t})" for n, t in bad)
         raise ModelError(f"{path}: only hinge and slide joints of a fixed-base arm are supported; found {listed}")
@@ -250,7 +261,7 @@ def load_robot(path, terminal_body: str | None = None, terminal_joint: str | Non
     mujoco.mj_kinematics(model, data)
     moving_ids = [b for b in range(1, model.nbody) if model.body_jntnum[b] > 0]
     tree = _build_tree(model, data, moving_ids)
-    theta, merged = _merged_parameters(model, data, moving_ids)
+    theta, own, merged = _merged_parameters(model, data, moving_ids)
     names = {
         "joint": tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}" for j in range(model.njnt)),
         "body": tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in moving_ids),
@@ -261,6 +272,6 @@ def load_robot(path, terminal_body: str | None = None, terminal_joint: str | Non
     return Robot(
         path=path, model=model, tree=tree, joint_names=names["joint"], body_names=names["body"],
         body_ids=np.array(moving_ids), merged_bodies=merged, terminal_body=names["body"][term_body],
-        terminal_joint=term_joint, gravity=model.opt.gravity.copy(), nominal_parameters=theta,
+        terminal_joint=term_joint, gravity=_gravity(model), nominal_parameters=theta, own_parameters=own,
         armature=model.dof_armature.copy(), damping=model.dof_damping.copy(),
         frictionloss=model.dof_frictionloss.copy(), joint_range=joint_range)

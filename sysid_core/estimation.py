@@ -1,0 +1,130 @@
+"""Linear estimators of base parameters from joint-torque data.
+
+All estimators take the base regressor W (N, n, r) (N samples, n joints, r base
+parameters) and the torques y (N, n) they should explain. Weighting is per joint
+and kept diagonal: rows are scaled in place, never an N x N matrix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import IdentificationError
+
+ESTIMATORS = ("ols", "ridge", "wls")
+RANK_TOLERANCE = 1e-10  # smallest singular value of the column-scaled regressor, relative
+
+
+@dataclass(frozen=True, eq=False)
+class Estimate:
+    """Base-parameter estimate.
+
+    ``values`` (r,) and their ``covariance`` (r, r) in SI units; ``residual_std`` (n,)
+    N m, the per-joint standard deviation of the residual; ``method`` the estimator.
+    """
+
+    values: np.ndarray
+    covariance: np.ndarray
+    residual_std: np.ndarray
+    method: str
+
+    @property
+    def std(self) -> np.ndarray:
+        """Standard deviation of each base parameter, (r,)."""
+        return np.sqrt(np.maximum(np.diag(self.covariance), 0.0))
+
+    @property
+    def relative_std(self) -> np.ndarray:
+        """Relative standard deviation in percent, (r,); inf where the value is 0."""
+        with np.errstate(divide="ignore"):
+            return 100.0 * self.std / np.abs(self.values)
+
+
+def _flat(regressor: np.ndarray, torque: np.ndarray):
+    num, n, r = regressor.shape
+    if torque.shape != (num, n):
+        raise ValueError(f"torque shape {torque.shape} does not match regressor {regressor.shape}")
+    if num * n <= r:
+        raise IdentificationError(f"{num * n} torque equations cannot determine {r} parameters: record more samples")
+    return regressor.reshape(num * n, r), torque.reshape(num * n)
+
+
+def _ols(w: np.ndarray, y: np.ndarray):
+    """Least squares by SVD on unit-norm columns: returns values (r,) and (W^T W)^-1 (r, r).
+
+    Scaling makes the rank decision independent of units; the SVD gives the inverse Gram
+    matrix without forming W^T W, which would square the condition number.
+    """
+    norms = np.linalg.norm(w, axis=0)
+    norms[norms == 0.0] = 1.0
+    u, s, vt = np.linalg.svd(w / norms, full_matrices=False)
+    rank = int(np.sum(s > RANK_TOLERANCE * s[0])) if s[0] > 0 else 0
+    if rank < w.shape[1]:
+        raise IdentificationError(
+            f"the regressor has rank {rank} < {w.shape[1]} base parameters on this data: "
+            "the trajectory does not excite every base parameter (longer or richer excitation needed)")
+    values = (vt.T @ ((u.T @ y) / s)) / norms
+    inv_gram = ((vt.T / s**2) @ vt) / np.outer(norms, norms)
+    return values, inv_gram
+
+
+def _residual_std(regressor, torque, values, dof) -> np.ndarray:
+    residual = torque - regressor @ values
+    num = torque.shape[0]
+    return np.sqrt(np.sum(residual**2, axis=0) / max(num - dof, 1))
+
+
+def least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimate:
+    """Ordinary least squares; covariance sigma^2 (W^T W)^-1 with one pooled sigma."""
+    w, y = _flat(regressor, torque)
+    values, inv_gram = _ols(w, y)
+    residual = y - w @ values
+    sigma2 = residual @ residual / (w.shape[0] - w.shape[1])
+    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
+    return Estimate(values, sigma2 * inv_gram, per_joint, "ols")
+
+
+def ridge(regressor: np.ndarray, torque: np.ndarray, alpha: float = 1e-6) -> Estimate:
+    """Tikhonov-regularised least squares, penalty alpha * mean(diag(W^T W)) * |beta|^2.
+
+    The penalty is relative to the data so one alpha fits any scale. Covariance is the
+    sandwich sigma^2 A^-1 W^T W A^-1 with A = W^T W + lambda E.
+    """
+    w, y = _flat(regressor, torque)
+    gram = w.T @ w
+    lam = alpha * float(np.mean(np.diag(gram)))
+    a_inv = np.linalg.inv(gram + lam * np.eye(gram.shape[0]))
+    values = a_inv @ (w.T @ y)
+    residual = y - w @ values
+    sigma2 = residual @ residual / (w.shape[0] - w.shape[1])
+    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
+    return Estimate(values, sigma2 * a_inv @ gram @ a_inv, per_joint, "ridge")
+
+
+def weighted_least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimate:
+    """Gautier's weighted least squares: each joint's rows weighted by 1/sigma_j.
+
+    sigma_j is the residual standard deviation of joint j after an OLS fit; the
+    weighted problem then has unit noise, so its covariance is (W^T Sigma^-1 W)^-1.
+    """
+    first = least_squares(regressor, torque)
+    sigma = np.maximum(first.residual_std, 1e-12 * max(float(np.max(first.residual_std)), 1e-300))
+    w, y = _flat(regressor / sigma[None, :, None], torque / sigma[None, :])
+    values, inv_gram = _ols(w, y)
+    residual = y - w @ values
+    # scale by the weighted residual variance (1 when the sigma_j are right)
+    scale = residual @ residual / (w.shape[0] - w.shape[1])
+    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
+    return Estimate(values, scale * inv_gram, per_joint, "wls")
+
+
+def estimate(regressor: np.ndarray, torque: np.ndarray, method: str = "wls", ridge_alpha: float = 1e-6) -> Estimate:
+    """Dispatch to the estimator named ``method`` (one of ESTIMATORS)."""
+    if method == "ols":
+        return least_squares(regressor, torque)
+    if method == "ridge":
+        return ridge(regressor, torque, ridge_alpha)
+    if method == "wls":
+        return weighted_least_squares(regressor, torque)
+    raise ValueError(f"unknown estimator '{method}'; choose one of {ESTIMATORS}")

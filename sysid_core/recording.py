@@ -1,0 +1,59 @@
+"""Measured joint data, the input of every estimator."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DataError
+
+
+@dataclass(frozen=True, eq=False)
+class Recording:
+    """Samples of joint state and torque as a robot reports them.
+
+    ``time`` (N,) s, strictly increasing; ``q`` (N, n) rad (m), ``dq`` (N, n) rad/s,
+    ``tau`` (N, n) joint torque N m (N), the torque the actuators applied. ``ddq`` (N, n) rad/s^2
+    only when it is known exactly (planned or simulated); estimators otherwise derive it
+    from the measurements. ``joint_names`` (n,) give the column order.
+    """
+
+    time: np.ndarray
+    q: np.ndarray
+    dq: np.ndarray
+    tau: np.ndarray
+    joint_names: tuple
+    ddq: np.ndarray | None = None
+
+    def __post_init__(self):
+        n = len(self.joint_names)
+        num = np.shape(self.time)[0] if np.ndim(self.time) == 1 else -1
+        if num < 0:
+            raise DataError(f"time must be one-dimensional, got shape {np.shape(self.time)}")
+        arrays = {"q": self.q, "dq": self.dq, "tau": self.tau}
+        if self.ddq is not None:
+            arrays["ddq"] = self.ddq
+        for name, arr in arrays.items():
+            if np.shape(arr) != (num, n):
+                raise DataError(f"{name} has shape {np.shape(arr)}, expected ({num}, {n}) for {n} joints")
+        for name, arr in dict(arrays, time=self.time).items():
+            bad = ~np.isfinite(np.asarray(arr, dtype=float))
+            if bad.any():
+                where = np.argwhere(bad)[0]
+                raise DataError(f"{name} contains {int(bad.sum())} NaN or infinite values (first at index {tuple(where)})")
+        if num > 1 and not np.all(np.diff(self.time) > 0):
+            raise DataError("time stamps are not strictly increasing (dropped, repeated or out-of-order samples)")
+
+    @property
+    def n_samples(self) -> int:
+        return int(np.shape(self.time)[0])
+
+    def select(self, joint_names) -> "Recording":
+        """Columns reordered to ``joint_names``; DataError naming what is missing."""
+        joint_names = tuple(joint_names)
+        missing = [j for j in joint_names if j not in self.joint_names]
+        if missing:
+            raise DataError(f"joints {missing} of the model are not in the data; data has {list(self.joint_names)}")
+        idx = [self.joint_names.index(j) for j in joint_names]
+        pick = (lambda a: None if a is None else np.asarray(a)[:, idx])
+        return Recording(self.time, pick(self.q), pick(self.dq), pick(self.tau), joint_names, pick(self.ddq))

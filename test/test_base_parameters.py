@@ -1,0 +1,86 @@
+"""Base parameters on arms whose base set is known in closed form."""
+import numpy as np
+import pytest
+
+from conftest import MODELS, ROBOTS
+from sysid_core import IdentificationError, load_robot
+from sysid_core.base_parameters import base_parameters
+from sysid_core.identification import IdentificationConfig, structural_base_parameters
+from sysid_core.inertia import PARAMETER_NAMES
+
+L1 = 0.5  # distance joint1 -> joint2 along link1's x axis in the planar models
+
+
+def _column(body, name):
+    return 10 * (body - 1) + PARAMETER_NAMES.index(name)
+
+
+def _planar_base(path):
+    robot = load_robot(path)
+    rng = np.random.default_rng(0)
+    q = rng.uniform(-3, 3, (300, 2))
+    dq, ddq = rng.uniform(-2, 2, (300, 2)), rng.uniform(-5, 5, (300, 2))
+    y = robot.regressor(q, dq, ddq)
+    names = tuple(f"{b}.{p}" for b in robot.body_names for p in PARAMETER_NAMES)
+    return base_parameters(np.ascontiguousarray(y).reshape(-1, 20), names)
+
+
+def _known_rows(rows):
+    out = np.zeros((len(rows), 20))
+    for i, terms in enumerate(rows):
+        for (body, name), coeff in terms.items():
+            out[i, _column(body, name)] = coeff
+    return out
+
+
+def _same_row_space(a, b):
+    return np.linalg.matrix_rank(np.vstack([a, b]), tol=1e-8) == np.linalg.matrix_rank(a, tol=1e-8) == len(b)
+
+
+def test_planar_2r_horizontal_has_four_classical_base_parameters():
+    base = _planar_base(MODELS / "planar_2r.xml")
+    assert base.rank == 4
+    known = _known_rows([{(1, "Izz"): 1.0, (2, "m"): L1**2}, {(2, "hx"): 1.0}, {(2, "hy"): 1.0}, {(2, "Izz"): 1.0}])
+    assert _same_row_space(base.projection, known)
+
+
+def test_planar_2r_vertical_gravity_adds_first_moments_of_link1():
+    base = _planar_base(MODELS / "planar_2r_vertical.xml")
+    assert base.rank == 6
+    known = _known_rows([{(1, "Izz"): 1.0, (2, "m"): L1**2}, {(1, "hx"): 1.0, (2, "m"): L1}, {(1, "hy"): 1.0},
+                         {(2, "hx"): 1.0}, {(2, "hy"): 1.0}, {(2, "Izz"): 1.0}])
+    assert _same_row_space(base.projection, known)
+    # the expression of the grouped inertia names its partner with the exact coefficient
+    grouped = [e for e in base.expressions if "link1.Izz" in e and "link2.m" in e]
+    assert grouped and ("0.25*link2.m" in grouped[0] or "4*link1.Izz" in grouped[0])
+
+
+def test_projection_reproduces_regressor():
+    """W theta == W[:, independent] @ (P theta) for any theta: the definition of base parameters."""
+    robot = load_robot(ROBOTS / "panda_class.xml")
+    rng = np.random.default_rng(5)
+    q, dq, ddq = rng.uniform(-1, 1, (200, 7)), rng.uniform(-1, 1, (200, 7)), rng.uniform(-1, 1, (200, 7))
+    w = np.ascontiguousarray(robot.regressor(q, dq, ddq)).reshape(-1, 70)
+    base = base_parameters(w, tuple(str(i) for i in range(70)))
+    theta = rng.standard_normal(70)
+    np.testing.assert_allclose(w[:, base.independent] @ (base.projection @ theta), w @ theta, rtol=1e-8, atol=1e-8)
+
+
+def test_seven_dof_full_scope_counts():
+    """Full scope of a 7R arm with a vertical first axis: 10*7 inertial + 3*7 joint columns.
+
+    The first link contributes only Izz (plus its armature grouping), so the rank is well
+    below 91; terminal scope is full rank (10 + 2*7) because all joints see the payload.
+    """
+    robot = load_robot(ROBOTS / "panda_class.xml")
+    full = structural_base_parameters(robot, IdentificationConfig(scope="full"))
+    terminal = structural_base_parameters(robot, IdentificationConfig(scope="terminal"))
+    assert terminal.rank == 10 + 14
+    assert 40 <= full.rank < 91
+    # joint-1 armature and link1.Izz are one combination on a vertical first axis
+    assert not ("link1.Izz" in full.names and "joint1.armature" in full.names)
+
+
+def test_zero_regressor_is_an_error():
+    with pytest.raises(IdentificationError, match="zero"):
+        base_parameters(np.zeros((10, 3)), ("a", "b", "c"))

@@ -1,0 +1,68 @@
+"""Estimators: exact on noise-free data, honest standard deviations on noisy data."""
+import numpy as np
+import pytest
+
+from conftest import ROBOTS
+from sysid_core import IdentificationError, load_robot
+from sysid_core.base_parameters import base_parameters
+from sysid_core.estimation import estimate
+
+
+@pytest.fixture(scope="module")
+def problem():
+    robot = load_robot(ROBOTS / "openarm_class.xml")
+    rng = np.random.default_rng(11)
+    count = 2000
+    lower, upper = robot.joint_range.T
+    q = rng.uniform(lower, upper, (count, 7))
+    dq, ddq = rng.uniform(-1.5, 1.5, (count, 7)), rng.uniform(-4, 4, (count, 7))
+    w = np.ascontiguousarray(robot.regressor(q, dq, ddq))
+    base = base_parameters(w.reshape(-1, 70), tuple(str(i) for i in range(70)))
+    beta = base.projection @ robot.nominal_parameters.reshape(-1)
+    return w[..., base.independent], beta
+
+
+@pytest.mark.parametrize("method", ["ols", "wls", "ridge"])
+def test_noise_free_data_recover_ground_truth(problem, method):
+    w, beta = problem
+    est = estimate(w, w @ beta, method, ridge_alpha=1e-12)
+    np.testing.assert_allclose(est.values, beta, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("method, sigma", [
+    ("ols", np.full(7, 0.2)),  # OLS pools one sigma: its covariance holds for equal noise
+    ("wls", np.array([0.5, 0.4, 0.2, 0.2, 0.05, 0.05, 0.02])),  # per joint, as real joints are
+])
+def test_noisy_estimates_lie_within_reported_std(problem, method, sigma):
+    w, beta = problem
+    rng = np.random.default_rng(3)
+    errors = []
+    for _ in range(8):
+        est = estimate(w, w @ beta + rng.standard_normal((w.shape[0], 7)) * sigma, method)
+        errors.append((est.values - beta) / est.std)
+    z = np.abs(np.concatenate(errors))
+    assert np.mean(z < 2.0) > 0.90 and np.max(z) < 5.0
+
+
+def test_wls_beats_ols_on_heteroscedastic_noise(problem):
+    w, beta = problem
+    rng = np.random.default_rng(4)
+    sigma = np.array([1.0, 1.0, 0.01, 0.01, 0.01, 0.01, 0.01])
+    noisy = w @ beta + rng.standard_normal((w.shape[0], 7)) * sigma
+    ols, wls = estimate(w, noisy, "ols"), estimate(w, noisy, "wls")
+    assert np.linalg.norm((wls.values - beta) / beta) < np.linalg.norm((ols.values - beta) / beta)
+    np.testing.assert_allclose(wls.residual_std, sigma, rtol=0.15)
+
+
+def test_too_few_equations_and_rank_deficiency_are_errors(problem):
+    w, beta = problem
+    with pytest.raises(IdentificationError, match="cannot determine"):
+        estimate(w[:2], (w @ beta)[:2], "ols")
+    dup = np.concatenate([w, w[..., :1]], axis=2)
+    with pytest.raises(IdentificationError, match="rank"):
+        estimate(dup, w @ beta, "wls")
+
+
+def test_unknown_estimator():
+    with pytest.raises(ValueError, match="unknown estimator"):
+        estimate(np.ones((10, 2, 1)), np.ones((10, 2)), "magic")

@@ -1,0 +1,104 @@
+"""The joint-torque regressor against MuJoCo's own inverse dynamics (mj_inverse).
+
+MuJoCo computes qfrc_inverse = M qacc + bias - passive - constraint forces with its own
+algorithms; our Y @ theta must reproduce it from the model's standard parameters alone.
+"""
+import mujoco
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import BUNDLED, MODELS
+from sysid_core import load_robot
+from sysid_core.friction import JointModel, joint_regressor
+
+MODELS_UNDER_TEST = BUNDLED + [MODELS / "tree_arm.xml", MODELS / "planar_2r.xml", MODELS / "planar_2r_vertical.xml"]
+
+
+def _states(robot, rng, count, min_speed=0.0):
+    """Random states strictly inside the joint limits (no limit constraint active)."""
+    lower, upper = robot.joint_range.T
+    lower = np.where(np.isfinite(lower), lower, -np.pi)
+    upper = np.where(np.isfinite(upper), upper, np.pi)
+    margin = 0.05 * (upper - lower)
+    q = rng.uniform(lower + margin, upper - margin, (count, robot.n_joints))
+    speed = rng.uniform(min_speed, 2.0, (count, robot.n_joints))
+    dq = speed * rng.choice([-1.0, 1.0], (count, robot.n_joints))
+    ddq = rng.uniform(-3.0, 3.0, (count, robot.n_joints))
+    return q, dq, ddq
+
+
+def _inverse(model, data, q, dq, ddq):
+    data.qpos[:], data.qvel[:], data.qacc[:] = q, dq, ddq
+    mujoco.mj_inverse(model, data)
+    return data.qfrc_inverse.copy()
+
+
+@pytest.mark.parametrize("path", MODELS_UNDER_TEST, ids=lambda p: p.stem)
+def test_rigid_body_regressor_matches_mj_inverse(path):
+    robot = load_robot(path)
+    model = robot.model
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT  # rigid body + passive only
+    data = mujoco.MjData(model)
+    q, dq, ddq = _states(robot, np.random.default_rng(1), 64)
+    tau = robot.regressor(q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
+    for i in range(len(q)):
+        expected = _inverse(model, data, q[i], dq[i], ddq[i]) - robot.damping * dq[i] - robot.armature * ddq[i]
+        np.testing.assert_allclose(tau[i], expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("path", MODELS_UNDER_TEST, ids=lambda p: p.stem)
+def test_joint_columns_match_damping_armature_and_friction_loss(path):
+    """With friction loss sliding (saturated), the extra columns carry MuJoCo's joint terms."""
+    robot = load_robot(path)
+    model, data = robot.model, mujoco.MjData(robot.model)
+    q, dq, ddq = _states(robot, np.random.default_rng(2), 64, min_speed=0.5)
+    terms = JointModel(("coulomb", "viscous", "armature", "offset"))
+    columns = np.concatenate([robot.regressor(q, dq, ddq), joint_regressor(dq, ddq, terms)], axis=2)
+    theta = np.concatenate([robot.nominal_parameters.reshape(-1), robot.frictionloss, robot.damping,
+                            robot.armature, np.zeros(robot.n_joints)])
+    tau = columns @ theta
+    compared = 0
+    for i in range(len(q)):
+        expected = _inverse(model, data, q[i], dq[i], ddq[i])
+        friction_rows = data.efc_type[:data.nefc] == mujoco.mjtConstraint.mjCNSTR_FRICTION_DOF
+        assert np.all(data.efc_type[:data.nefc][~friction_rows] != mujoco.mjtConstraint.mjCNSTR_LIMIT_JOINT)
+        sliding = np.isin(data.efc_state[:data.nefc][friction_rows],
+                          [mujoco.mjtConstraintState.mjCNSTRSTATE_LINEARNEG, mujoco.mjtConstraintState.mjCNSTRSTATE_LINEARPOS])
+        if not sliding.all():
+            continue  # MuJoCo's soft friction is in its quadratic zone: not Coulomb yet
+        np.testing.assert_allclose(tau[i], expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+        compared += 1
+    assert compared >= len(q) // 2, f"only {compared} of {len(q)} states had sliding friction"
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 40))
+def test_regressor_random_states_tree(seed, count):
+    """Property: on a kinematic tree with slides, multi-joint bodies and ref offsets."""
+    robot = load_robot(MODELS / "tree_arm.xml")
+    model = robot.model
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+    data = mujoco.MjData(model)
+    q, dq, ddq = _states(robot, np.random.default_rng(seed), count)
+    tau = robot.regressor(q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
+    for i in range(count):
+        expected = _inverse(model, data, q[i], dq[i], ddq[i]) - robot.damping * dq[i] - robot.armature * ddq[i]
+        np.testing.assert_allclose(tau[i], expected, rtol=1e-9, atol=1e-9 * max(np.abs(expected).max(), 1e-3))
+
+
+def test_regressor_shape_and_block_structure():
+    robot = load_robot(BUNDLED[0])
+    q, dq, ddq = _states(robot, np.random.default_rng(3), 5)
+    y = robot.regressor(q, dq, ddq)
+    assert y.shape == (5, robot.n_joints, 10 * robot.n_bodies)
+    # a joint cannot feel a body it does not carry: joint 7 sees only link 7
+    assert np.all(y[:, -1, :10 * (robot.n_bodies - 1)] == 0.0)
+    # a single sample as 1-D input equals the batched row
+    np.testing.assert_allclose(robot.regressor(q[0], dq[0], ddq[0])[0], y[0], rtol=0, atol=1e-12)
+
+
+def test_regressor_rejects_wrong_shapes():
+    robot = load_robot(BUNDLED[0])
+    with pytest.raises(ValueError, match="shape"):
+        robot.regressor(np.zeros((3, 6)), np.zeros((3, 6)), np.zeros((3, 6)))
