@@ -164,4 +164,7 @@ def multisine(joint_range, duration: float, sample_rate: float, seed=None, n_sin
         raise ValueError("the sampled multisine is identically zero; increase duration or sample_rate")
     # Scale on the achieved sampled peaks (not the sum of amplitudes, which is far too conservative).
     scale = np.minimum.reduce([amplitude_fraction * half / peaks[0], v_max / peaks[1], a_max / peaks[2]])
-    return Trajectory(time=time, q=center + dev * scale, dq=vel * scale, ddq=acc * scale)
+    # at amplitude_fraction 1 the peak lands on the limit, where rounding of center + dev * scale
+    # could cross it by one ulp: clip, which changes nothing beyond rounding
+    q = np.clip(center + dev * scale, rng[:, 0], rng[:, 1])
+    return Trajectory(time=time, q=q, dq=vel * scale, ddq=acc * scale)

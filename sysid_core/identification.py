@@ -23,6 +23,7 @@ import numpy as np
 
 from . import friction
 from .base_parameters import BaseParameters, base_parameters
+from .consistency import consistent_parameters
 from .errors import DataError, IdentificationError
 from .estimation import Estimate, estimate
 from .filtering import FilterConfig, prepare
@@ -221,9 +222,14 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     target = samples.tau - known
     est = estimate(base_columns, target, config.estimator, config.ridge_alpha)
 
-    # standard parameters closest to the nominal model among those with these base values
     nominal = model_parameter_vector(robot, names)
-    standard = nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
+    if config.scope == "full":
+        # many standard sets share these base values: take the physically consistent one
+        # nearest the data, pulled to the nominal model only where the data are silent
+        standard = consistent_parameters(base.projection, est.values, est.covariance, nominal, robot.n_bodies)
+    else:
+        # full rank in practice; otherwise the nominal values fill what the data cannot see
+        standard = nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
 
     body_parameters = robot.nominal_parameters.copy()
     bodies = [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)

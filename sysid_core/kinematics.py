@@ -98,6 +98,15 @@ def as_samples(name: str, value, n: int) -> np.ndarray:
     return arr
 
 
+def _small_product(matrix: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """matrix (a, b) @ columns (b, N) for a small constant matrix.
+
+    einsum's own loop, not BLAS: a multi-threaded BLAS spends more on waking its threads
+    than on a (9, 3) product, and stalls badly on a busy machine.
+    """
+    return np.einsum("ab,bn->an", matrix, columns)
+
+
 def _change_frame(state: np.ndarray, rot: np.ndarray, origin: np.ndarray, out: np.ndarray) -> None:
     """Motion vectors state (m, 6, N) into a frame with orientation rot (3, 3, N), origin (3, N).
 
@@ -146,11 +155,11 @@ def forward_pass(tree: KinematicTree, gravity, q, dq, ddq, steps: JointSteps | N
         for j in tree.body_joints[b]:
             rows = state.shape[0]
             new = np.empty((rows + 1, 6, num))
-            rot = (steps.rotation[j] @ basis[j]).reshape(3, 3, num)
-            _change_frame(state, rot, steps.translation[j] @ basis[j], new)
+            rot = _small_product(steps.rotation[j], basis[j]).reshape(3, 3, num)
+            _change_frame(state, rot, _small_product(steps.translation[j], basis[j]), new)
             s = steps.motion[j][:, None]
             new[0] += s * dq_t[j]
-            new[1] += s * ddq_t[j] + (steps.cross_matrix[j] @ new[0]) * dq_t[j]
+            new[1] += s * ddq_t[j] + _small_product(steps.cross_matrix[j], new[0]) * dq_t[j]
             new[rows] = s
             state = new
             joints.append(j)

@@ -130,9 +130,15 @@ def default_gains(model: mujoco.MjModel, bandwidth_hz: float = 8.0,
     data = mujoco.MjData(model)
     data.qpos[:] = model.qpos0
     mujoco.mj_forward(model, data)
-    mass = np.zeros((model.nv, model.nv))
-    mujoco.mj_fullM(model, data, mass)
-    m_jj = np.diag(mass).copy()
+    # diagonal of M by products with unit vectors: mj_mulM keeps one signature across
+    # MuJoCo 3.x and 4.x, unlike mj_fullM
+    m_jj = np.empty(model.nv)
+    unit, column = np.zeros(model.nv), np.zeros(model.nv)
+    for j in range(model.nv):
+        unit[:] = 0.0
+        unit[j] = 1.0
+        mujoco.mj_mulM(model, data, column, unit)
+        m_jj[j] = column[j]
     omega = 2 * np.pi * bandwidth_hz
     return m_jj * omega ** 2, 2 * damping_ratio * omega * m_jj
 

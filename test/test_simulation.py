@@ -176,7 +176,10 @@ def test_default_gains_follow_the_mass_matrix(panda):
     data = mujoco.MjData(panda.model)
     mujoco.mj_forward(panda.model, data)
     mass = np.zeros((7, 7))
-    mujoco.mj_fullM(panda.model, data, mass)
+    try:  # MuJoCo 4.x signature
+        mujoco.mj_fullM(panda.model, data, mass)
+    except TypeError:  # MuJoCo 3.x (Python 3.10 pins)
+        mujoco.mj_fullM(panda.model, mass, data.qM)
     omega = 2 * np.pi * 8.0
     np.testing.assert_allclose(kp, np.diag(mass) * omega ** 2)
     np.testing.assert_allclose(kd, 2 * 0.9 * np.sqrt(kp * np.diag(mass)))

@@ -1,0 +1,120 @@
+"""Physically consistent standard parameters from a base-parameter estimate.
+
+A body is realisable exactly when its pseudo-inertia J(theta) (linear in theta) is
+positive definite (inertia.py). The consistent solution minimises
+
+    f(theta) = |S^-1 (P theta - beta)|^2 + |(theta - theta_nominal) / prior_scale|^2
+
+over theta with every J_i positive definite and every joint term (friction, armature)
+non-negative. S S^T is the covariance of the base estimate beta, so deviating by one
+standard deviation costs one unit: well-determined combinations follow the data and only
+the directions the data leave free follow the weak nominal prior. f is a strictly convex
+quadratic and the feasible set is convex, so a log-det barrier with Newton steps
+(-mu sum log det J_i - mu sum log x_j, mu -> 0) reaches the unique optimum reliably; the
+barrier's gradient and Hessian are closed-form because J is linear in theta.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from .errors import IdentificationError
+from .inertia import from_pseudo_inertia, pseudo_inertia
+
+LENGTH_SCALE = 0.1  # m: the size of a link, to scale first moments and inertias of the prior
+RELATIVE_FLOOR = 1e-6  # smallest relative standard deviation granted to a base parameter
+_BASIS = pseudo_inertia(np.eye(10))  # (10, 4, 4): dJ / dtheta_k
+
+
+def nearest_consistent(theta: np.ndarray, margin: float = 1e-6) -> np.ndarray:
+    """theta (nb, 10) with each pseudo-inertia's eigenvalues raised to at least ``margin``
+    times its largest (and 1e-12, for a body of all zeros): the nearest realisable bodies
+    in the Frobenius norm of J."""
+    eigval, eigvec = np.linalg.eigh(pseudo_inertia(np.atleast_2d(theta)))
+    floor = np.maximum(margin * np.max(np.abs(eigval), axis=1, keepdims=True), 1e-12)
+    return from_pseudo_inertia((eigvec * np.maximum(eigval, floor)[:, None, :]) @ np.swapaxes(eigvec, 1, 2))
+
+
+def prior_scale(nominal_bodies: np.ndarray, nominal_joint: np.ndarray) -> np.ndarray:
+    """Prior standard deviations: 100 % of each body's nominal mass, at link scale for h and I."""
+    mass = np.maximum(nominal_bodies[:, 0], 1e-3)
+    per_body = np.column_stack([mass] + [mass * LENGTH_SCALE] * 3 + [mass * LENGTH_SCALE**2] * 6)
+    joint = np.maximum(np.abs(nominal_joint), 1e-2 * max(float(np.max(np.abs(nominal_joint), initial=0.0)), 1e-3))
+    return np.concatenate([per_body.reshape(-1), joint])
+
+
+def _barrier(theta: np.ndarray, n_bodies: int):
+    """-sum log det J_i - sum log x_j with gradient and Hessian; None outside the domain."""
+    bodies = theta[:10 * n_bodies].reshape(n_bodies, 10)
+    joint = theta[10 * n_bodies:]
+    pseudo = pseudo_inertia(bodies)
+    chol_ok = np.all(np.linalg.eigvalsh(pseudo)[:, 0] > 0) and np.all(joint > 0)
+    if not chol_ok:
+        return None
+    value = -np.sum(np.linalg.slogdet(pseudo)[1]) - np.sum(np.log(joint))
+    inv = np.linalg.inv(pseudo)
+    m = np.einsum("bij,kjl->bkil", inv, _BASIS)  # J^-1 dJ/dtheta_k
+    grad_bodies = -np.einsum("bkii->bk", m)
+    hess_bodies = np.einsum("bkij,blji->bkl", m, m)
+    grad = np.concatenate([grad_bodies.reshape(-1), -1.0 / joint])
+    hess = scipy.linalg.block_diag(*hess_bodies, np.diag(1.0 / joint**2))
+    return value, grad, hess
+
+
+def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: np.ndarray,
+                          nominal: np.ndarray, n_bodies: int, tolerance: float = 1e-10) -> np.ndarray:
+    """Standard parameters (p,) closest to the data, physically consistent.
+
+    ``projection`` (r, p) maps standard to base parameters; ``beta`` (r,) and ``covariance``
+    (r, r) are the base estimate; ``nominal`` (p,) the model's parameters, whose first
+    10 * n_bodies entries are bodies and the rest non-negative joint terms (friction,
+    armature). Bodies come out strictly realisable, joint terms strictly positive (a
+    term the data put at zero comes out within ``tolerance`` of it, relative).
+    """
+    n_inertial = 10 * n_bodies
+    nominal_bodies = nominal[:n_inertial].reshape(n_bodies, 10)
+    scale = prior_scale(nominal_bodies, nominal[n_inertial:])
+    # floor the uncertainty at a millionth: noise-free data would otherwise give standard
+    # deviations of ~1e-15 and Newton systems too ill-conditioned to solve accurately
+    magnitude = np.maximum(np.abs(beta), 1e-6 * float(np.max(np.abs(beta))))
+    whiten = scipy.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2), lower=True)
+    a = np.vstack([scipy.linalg.solve_triangular(whiten, projection, lower=True), np.diag(1.0 / scale)])
+    b = np.concatenate([scipy.linalg.solve_triangular(whiten, beta, lower=True), nominal / scale])
+    gram, rhs = a.T @ a, a.T @ b
+
+    def objective(theta):
+        r = a @ theta - b
+        return r @ r
+
+    # strictly feasible start near the data: the unconstrained solution nearest the
+    # nominal model, each body nudged inside the cone, joint terms made positive
+    theta = nominal + np.linalg.pinv(projection) @ (beta - projection @ nominal)
+    theta[:n_inertial] = nearest_consistent(theta[:n_inertial].reshape(n_bodies, 10), 1e-3).reshape(-1)
+    theta[n_inertial:] = np.maximum(theta[n_inertial:], 1e-3 * scale[n_inertial:])
+    mu = max(objective(theta), 1.0) / len(theta)
+    while True:
+        for _ in range(100):  # Newton on f + mu * barrier
+            value, grad_b, hess_b = _barrier(theta, n_bodies)
+            grad = 2.0 * (gram @ theta - rhs) + mu * grad_b
+            hess = 2.0 * gram + mu * hess_b
+            d = 1.0 / np.sqrt(np.diag(hess))  # Jacobi scaling: the data weights span many decades
+            step = -d * np.linalg.solve(hess * d[:, None] * d[None, :], d * grad)
+            decrement = -grad @ step
+            if decrement < 1e-3 * mu * len(theta):  # a small fraction of the barrier's gap
+                break
+            current = objective(theta) + mu * value
+            t = 1.0
+            while t > 1e-12:  # backtrack: stay inside the domain and decrease
+                trial = theta + t * step
+                barrier = _barrier(trial, n_bodies)
+                if barrier is not None and objective(trial) + mu * barrier[0] <= current - 0.25 * t * decrement:
+                    break
+                t *= 0.5
+            else:
+                break
+            theta = trial
+        if mu * len(theta) < tolerance * max(objective(theta), 1.0):
+            return theta
+        mu *= 0.1
+        if mu < 1e-300:
+            raise IdentificationError("the consistent-parameter solver did not converge")

@@ -1,0 +1,51 @@
+"""Physically consistent standard parameters (pseudo-inertia barrier)."""
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from conftest import ROBOTS
+from sysid_core import load_robot
+from sysid_core.consistency import consistent_parameters, nearest_consistent
+from sysid_core.excitation import multisine
+from sysid_core.identification import IdentificationConfig, identify, predict_torque
+from sysid_core.inertia import consistency_violations
+from sysid_core.simulation import default_gains, simulate_tracking
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1, 1), min_size=10, max_size=10))
+def test_nearest_consistent_is_realisable_and_keeps_real_bodies(values):
+    theta = nearest_consistent(np.array(values))[0]
+    assert consistency_violations(theta) == []
+    real = load_robot(ROBOTS / "openarm_class_payload.xml").nominal_parameters
+    np.testing.assert_allclose(nearest_consistent(real), real, rtol=1e-12, atol=1e-15)
+
+
+def test_constraints_bind_when_the_data_ask_for_an_impossible_body():
+    """One body whose data say 'mass -1 kg': the answer is a real body, as close as allowed."""
+    nominal = np.array([1.0, 0, 0, 0.05, 0.01, 0, 0, 0.01, 0, 0.005, 0.3])  # body + one friction term
+    projection = np.eye(11)
+    beta = nominal.copy()
+    beta[0], beta[10] = -1.0, -0.2
+    theta = consistent_parameters(projection, beta, np.eye(11) * 1e-6, nominal, 1)
+    assert consistency_violations(theta[:10]) == []
+    assert 0.0 < theta[0] < 1e-2 and 0.0 <= theta[10] < 1e-4
+
+
+def test_full_scope_on_noisy_data_is_consistent_and_fits_like_the_unconstrained_estimate():
+    nominal = load_robot(ROBOTS / "panda_class.xml")
+    truth = load_robot(ROBOTS / "panda_class_payload.xml")
+    plan = multisine(nominal.joint_range, 10.0, 500.0, seed=4, max_velocity=2.0)
+    kp, kd = default_gains(truth.model)
+    feedforward = nominal.inverse_dynamics(plan.q, plan.dq, plan.ddq)
+    recording = simulate_tracking(truth.model, plan, feedforward, kp, kd, seed=4, joint_names=truth.joint_names)
+    result = identify(nominal, recording, IdentificationConfig(scope="full"))
+    for body, name in zip(result.body_parameters, nominal.body_names):
+        assert consistency_violations(body) == [], name
+    # the consistent standard set reproduces the unconstrained base estimate within its noise
+    beta = result.base.projection @ result.standard
+    z = (beta - result.estimate.values) / result.estimate.std
+    assert np.sqrt(np.mean(z**2)) < 1.0
+    # and predicts a fresh trajectory of the truth about as well as the noise allows
+    check = multisine(nominal.joint_range, 4.0, 500.0, seed=40, max_velocity=2.0)
+    error = predict_torque(nominal, result, check.q, check.dq, check.ddq) - truth.inverse_dynamics(check.q, check.dq, check.ddq)
+    assert np.sqrt(np.mean(error**2)) < 0.1  # N m; friction loss vs Coulomb near dq = 0 dominates
