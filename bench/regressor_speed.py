@@ -10,10 +10,9 @@ The two are first checked to give the same torques (Y @ theta with each library'
 parameters read from the MJCF), then timed interleaved. Prints numbers; asserts nothing
 about speed. Run: ``make bench`` (installs Pinocchio) or ``python bench/regressor_speed.py``.
 
-Ours leans on numpy's BLAS for small batched products, and a multi-threaded OpenBLAS is
-slow on those (badly so on a loaded machine), so the script times with the BLAS threading
-it was started with, then re-runs itself once with single-threaded BLAS (unless
-OPENBLAS_NUM_THREADS was already set, or ``--no-rerun`` is given).
+Ours uses BLAS for one product per body; to show that BLAS threading does not matter, the
+script times with the threading it was started with, then re-runs itself once with
+single-threaded BLAS (unless OPENBLAS_NUM_THREADS was already set, or ``--no-rerun`` is given).
 """
 from __future__ import annotations
 

@@ -49,8 +49,6 @@ def body_regressor_symbolic() -> sp.Matrix:
 
 # A's structural non-zeros: the mass column acts only on the force rows, the inertia
 # columns only on the moment rows. Skipping the zeros saves a third of the work.
-MASS_ROWS = slice(3, 6)
-MOMENT_ROWS = slice(0, 3)
 _NONZERO = ([(r, 0) for r in range(3, 6)] + [(r, c) for r in range(6) for c in range(1, 4)]
             + [(r, c) for r in range(3) for c in range(4, 10)])
 
@@ -98,13 +96,3 @@ def body_regressor_blocks(velocity: np.ndarray, acceleration: np.ndarray):
     nonzero = monomial_map() @ motion_features(velocity, acceleration)
     num = nonzero.shape[1]
     return nonzero[:3], nonzero[3:21].reshape(6, 3, num), nonzero[21:].reshape(3, 6, num)
-
-
-def body_regressor(velocity: np.ndarray, acceleration: np.ndarray) -> np.ndarray:
-    """A for N samples, shape (6, 10, N); see body_regressor_blocks for units."""
-    mass, first_moment, inertia = body_regressor_blocks(velocity, acceleration)
-    out = np.zeros((6, 10, velocity.shape[1]))
-    out[MASS_ROWS, 0] = mass
-    out[:, 1:4] = first_moment
-    out[MOMENT_ROWS, 4:] = inertia
-    return out

@@ -18,12 +18,3 @@ class Trajectory:
     q: np.ndarray
     dq: np.ndarray
     ddq: np.ndarray
-
-    @property
-    def sample_rate(self) -> float:
-        """Samples per second, Hz."""
-        return 1.0 / float(self.time[1] - self.time[0])
-
-    @property
-    def duration(self) -> float:
-        return float(self.time[-1] - self.time[0])
