@@ -82,6 +82,12 @@ def format_result(result, document: dict) -> str:
     lines.append(f"Terminal body '{doc['body_name']}' (joint '{doc['joint_name']}'{welded})")
     header = ["quantity", "unit", "identified"] + (["truth", "error (id - truth)"] if truth else [])
     lines += _table(header, _terminal_rows(doc, truth, error), left=2)
+    if doc["scope"] == "full":
+        # in the full scope single bodies are not identifiable on their own: only base
+        # parameters are; say so before anyone reads the rows above as a payload estimate
+        lines += ["  (full scope: one physically consistent split of the base parameters among the bodies;",
+                  "   to identify a payload use --scope terminal, and judge the full scope by its base",
+                  "   parameters and validation RMSE)"]
 
     if doc["scope"] == "full":
         lines += ["", "Bodies (identified standard parameters, welded bodies merged)"]
