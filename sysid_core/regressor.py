@@ -38,17 +38,12 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
         mass, first_moment, inertia = body_regressor_blocks(body.velocity, body.acceleration)
         index = _as_index(body.joints)
         rows = out[index, 10 * b:10 * b + 10]
-        s = body.subspaces[:, :, None, :]  # (k, 6, 1, N)
-        # A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2
-        np.multiply(s[:, 3, 0], mass[0], out=rows[:, 0])
-        np.multiply(s[:, 0], first_moment[0], out=rows[:, 1:4])
-        np.multiply(s[:, 0], inertia[0], out=rows[:, 4:])
-        for r in (1, 2):
-            rows[:, 4:] += s[:, r] * inertia[r]
-        for r in (4, 5):
-            rows[:, 0] += s[:, r, 0] * mass[r - 3]
-        for r in range(1, 6):
-            rows[:, 1:4] += s[:, r] * first_moment[r]
+        s = body.subspaces  # (k, 6, N)
+        # A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2;
+        # einsum contracts in one C loop straight into the output, with no temporaries
+        np.einsum("krn,rn->kn", s[:, 3:], mass, out=rows[:, 0])
+        np.einsum("krn,rcn->kcn", s, first_moment, out=rows[:, 1:4])
+        np.einsum("krn,rcn->kcn", s[:, :3], inertia, out=rows[:, 4:])
         if not isinstance(index, slice):
             out[index, 10 * b:10 * b + 10] = rows
     return np.moveaxis(out, -1, 0)
