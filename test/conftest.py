@@ -1,7 +1,14 @@
-"""Shared fixtures: paths of the bundled and test models."""
+"""Shared fixtures: paths of the bundled and test models; an isolated ROS 2 domain."""
+import os
 from pathlib import Path
 
 import pytest
+
+# Tests that start ROS 2 nodes must not hear other runs on this machine: one DDS domain per
+# test session (valid ids 0-101 on Linux with default ports), discovery kept on localhost.
+# Set before any test imports rclpy.
+os.environ["ROS_DOMAIN_ID"] = str(1 + os.getpid() % 100)
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "config" / "robots"
