@@ -1,7 +1,7 @@
 # sysid_ros on a bare machine: everything runs from .venv, no sourced ROS needed.
 #
 #   make venv    create .venv and install requirements.txt + this package (editable)
-#   make demo    identify the panda-class arm with a payload (writes sysid_output/demo)
+#   make demo    excite a simulated arm over ROS 2 and identify its payload (sysid_output/demo)
 #   make test    run the test suite
 #   make bench   install requirements-bench.txt and run every bench/*.py
 #   make clean   remove build/test/demo outputs (make distclean also removes .venv)
@@ -48,10 +48,11 @@ $(STAMP): requirements.txt setup.py | $(VPY)
 	$(VPY) -m pip install -e . --no-deps
 	touch $@
 
+# The ROS 2 graph (trajectory_publisher -> mujoco_sim -> identifier) in one process: a 0.5 kg
+# payload on the Damiao-driven OpenArm-class arm, identified through /sysid/identify.
 demo: venv
-	$(VENV)/bin/sysid-identify config/robots/panda_class.xml \
-	  --truth-model config/robots/panda_class_payload.xml \
-	  --seed 1 --output-dir sysid_output/demo
+	$(VENV)/bin/sysid-sim-identify --model config/robots/openarm_class.xml \
+	  --truth-model config/robots/openarm_class_payload.xml --duration 20 --output-dir sysid_output/demo
 
 # pytest exits 5 when it collects no test: that is a failure here too (we always have tests).
 test: venv

@@ -58,6 +58,10 @@ setup(
     entry_points={
         "console_scripts": [
             "sysid-identify = sysid_core.cli:main",
+            "trajectory_publisher = sysid_ros.trajectory_publisher:main",
+            "mujoco_sim = sysid_ros.mujoco_sim:main",
+            "identifier = sysid_ros.identifier:main",
+            "sysid-sim-identify = sysid_ros.sim_identify:main",
         ],
     },
     zip_safe=True,

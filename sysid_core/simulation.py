@@ -25,6 +25,7 @@ from .trajectory import Trajectory
 # Divergence shows up as these warnings: MuJoCo then resets the state instead of propagating NaN.
 _DIVERGENCE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
                         mujoco.mjtWarning.mjWARN_BADQACC)
+_DIVERGENCE_INDEX = tuple(int(w) for w in _DIVERGENCE_WARNINGS)
 _RATIO_TOLERANCE = 1e-6
 _PROGRESS_STEP = 0.05
 
@@ -153,12 +154,8 @@ def _per_joint(value, n: int, name: str, unit: str) -> np.ndarray:
     return arr
 
 
-def _substeps(model: mujoco.MjModel, time: np.ndarray) -> int:
-    """MuJoCo steps per sample; the samples must lie on a multiple of the model timestep."""
-    dt = np.diff(time)
-    period = float(np.median(dt))
-    if np.max(np.abs(dt - period)) > 1e-9 + 1e-6 * period:
-        raise DataError("trajectory time stamps are not uniformly spaced")
+def substeps_per_period(model: mujoco.MjModel, period: float) -> int:
+    """MuJoCo steps per control period (s): the period must be a whole multiple of the timestep."""
     ratio = period / model.opt.timestep
     if ratio < 1 - _RATIO_TOLERANCE:
         raise ValueError(f"model timestep {model.opt.timestep} s is longer than the sample period {period} s; "
@@ -170,8 +167,50 @@ def _substeps(model: mujoco.MjModel, time: np.ndarray) -> int:
     return steps
 
 
+def _substeps(model: mujoco.MjModel, time: np.ndarray) -> int:
+    """MuJoCo steps per sample; the samples must lie on a multiple of the model timestep."""
+    dt = np.diff(time)
+    period = float(np.median(dt))
+    if np.max(np.abs(dt - period)) > 1e-9 + 1e-6 * period:
+        raise DataError("trajectory time stamps are not uniformly spaced")
+    return substeps_per_period(model, period)
+
+
+def mit_torque(q, dq, q_des, dq_des, tau_ff, kp, kd) -> np.ndarray:
+    """The MIT-mode joint law of Damiao-class drives: tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff.
+
+    Arrays broadcast: q, q_des rad; dq, dq_des rad/s; tau_ff N m; kp N m/rad; kd N m s/rad.
+    Returns tau in N m with the broadcast shape.
+    """
+    return kp * (q_des - q) + kd * (dq_des - dq) + tau_ff
+
+
+def diverged(data: mujoco.MjData) -> bool:
+    """Whether MuJoCo has reported a diverging state since ``data`` was made or reset.
+
+    MuJoCo resets a diverged state to qpos0 rather than propagating NaN, so the warning
+    counters are the evidence.
+    """
+    counts = data.warning.number  # one array read: this runs once per control period
+    return bool(counts[_DIVERGENCE_INDEX[0]] or counts[_DIVERGENCE_INDEX[1]] or counts[_DIVERGENCE_INDEX[2]])
+
+
+def step(model: mujoco.MjModel, data: mujoco.MjData, tau, substeps: int = 1) -> None:
+    """Apply joint torques tau (nv,) N m as ``qfrc_applied`` and hold them for ``substeps`` mj_step calls.
+
+    The model's actuators are left alone (set ``data.ctrl`` to 0 for a torque-driven arm).
+    Raises DataError when MuJoCo reports divergence (see ``diverged``).
+    """
+    start = data.time  # MuJoCo resets the clock with the state when it diverges
+    data.qfrc_applied[:] = tau
+    for _ in range(substeps):
+        mujoco.mj_step(model, data)
+    if diverged(data):
+        raise DataError(f"simulation diverged within {substeps} step(s) after t={start:.4f} s")
+
+
 @contextmanager
-def _mujoco_warnings():
+def mujoco_warnings():
     """Collect MuJoCo's warning texts instead of letting it print them and append to MUJOCO_LOG.TXT.
 
     The handler is process-global: the previous one is restored on exit.
@@ -185,7 +224,9 @@ def _mujoco_warnings():
         mujoco.set_mju_user_warning(previous)
 
 
-def _measure(x: np.ndarray, std: float, resolution: float, gen: np.random.Generator) -> np.ndarray:
+def measure(x: np.ndarray, std: float, resolution: float, gen: np.random.Generator) -> np.ndarray:
+    """What a sensor reports for the true values x (any shape): x plus zero-mean Gaussian noise of
+    standard deviation ``std``, rounded to a multiple of ``resolution`` when it is > 0 (same units)."""
     y = x + gen.normal(0.0, std, size=x.shape) if std > 0 else x.copy()
     return np.round(y / resolution) * resolution if resolution > 0 else y
 
@@ -223,35 +264,29 @@ def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward
     kd = _per_joint(kd, n, "kd", "N m s/rad")
     steps = _substeps(model, time)
 
-    # Everything that does not depend on the simulated state is folded in ahead of the loop:
-    # tau = bias_i - kp q - kd dq.
-    bias = ff + kp * trajectory.q + kd * trajectory.dq
     data = mujoco.MjData(model)
     data.qpos[:] = trajectory.q[0]
     data.qvel[:] = trajectory.dq[0]
     data.ctrl[:] = 0.0
-    qpos, qvel, applied = data.qpos, data.qvel, data.qfrc_applied
-    warnings = [data.warning[int(w)] for w in _DIVERGENCE_WARNINGS]
+    qpos, qvel = data.qpos, data.qvel
+    q_des, dq_des = np.asarray(trajectory.q, dtype=float), np.asarray(trajectory.dq, dtype=float)
     q_true, dq_true, tau_cmd = (np.empty((num, n)) for _ in range(3))
     report_every = max(1, int(np.ceil(_PROGRESS_STEP * (num - 1))))
-    step = mujoco.mj_step
 
-    with _mujoco_warnings() as messages:
+    with mujoco_warnings() as messages:
         for i in range(num):
             q_true[i] = qpos
             dq_true[i] = qvel
-            tau = bias[i] - kp * qpos - kd * qvel
+            tau = mit_torque(qpos, qvel, q_des[i], dq_des[i], ff[i], kp, kd)
             tau_cmd[i] = tau
             if i == num - 1:
                 break
-            applied[:] = tau
-            for _ in range(steps):
-                step(model, data)
-            # MuJoCo resets a diverged state to qpos0 rather than propagating NaN: watch its warnings
-            if warnings[0].number or warnings[1].number or warnings[2].number:
+            try:
+                step(model, data, tau, steps)
+            except DataError:
                 raise DataError(f"simulation diverged between t={time[i]:.4f} s and t={time[i + 1]:.4f} s "
                                 f"(MuJoCo: {' '.join(messages) or 'bad state'}): the gains are too high "
-                                "for the timestep, or the feedforward is wrong")
+                                "for the timestep, or the feedforward is wrong") from None
             if progress is not None and (i + 1) % report_every == 0 and i + 1 < num - 1:
                 progress((i + 1) / (num - 1))
     if not (np.all(np.isfinite(q_true)) and np.all(np.isfinite(dq_true)) and np.all(np.isfinite(tau_cmd))):
@@ -262,7 +297,7 @@ def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward
 
     gen = np.random.default_rng(seed)
     return Recording(time=time.copy(),
-                     q=_measure(q_true, noise.q_std, noise.q_resolution, gen),
-                     dq=_measure(dq_true, noise.dq_std, noise.dq_resolution, gen),
-                     tau=_measure(tau_cmd, noise.tau_std, noise.tau_resolution, gen),
+                     q=measure(q_true, noise.q_std, noise.q_resolution, gen),
+                     dq=measure(dq_true, noise.dq_std, noise.dq_resolution, gen),
+                     tau=measure(tau_cmd, noise.tau_std, noise.tau_resolution, gen),
                      joint_names=names)

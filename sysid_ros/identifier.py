@@ -1,0 +1,535 @@
+"""Identifier node: records /joint_states and identifies the arm when asked.
+
+Subscribes
+    /joint_states (sensor_msgs/JointState): position, velocity and effort of the arm's
+    joints, matched to the model by name (any order, extra joints ignored).
+Services
+    /sysid/identify (std_srvs/Trigger): identify from everything recorded so far; the
+    recording is kept, so the call can be repeated with other parameters.
+    /sysid/reset (std_srvs/Trigger): forget the recording and the counters.
+Publishes
+    /sysid/result (std_msgs/String, transient local): the params.json document of the
+    last successful identification, as JSON.
+
+The node converts messages, holds the recording and calls sysid_core; all the numerics
+live there.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, String
+from std_srvs.srv import Trigger
+
+from sysid_core import friction
+from sysid_core.errors import DataError, ModelError, SysidError
+from sysid_core.estimation import ESTIMATORS
+from sysid_core.export import params_document, write_params_json, write_updated_model
+from sysid_core.filtering import FilterConfig
+from sysid_core.identification import SCOPES, IdentificationConfig, identify
+from sysid_core.model import Robot, load_robot
+from sysid_core.recording import Recording
+from sysid_core.report import format_result
+
+EFFORT_MODES = ("torque", "current", "gravity_compensated")
+DEFAULT_CAPACITY = 600_000  # 10 min at 1 kHz
+# Samples per regressor evaluation for the gravity torque: the regressor holds
+# n * 10 nb doubles per sample (3.9 kB for 7 joints), so memory stays ~40 MB.
+GRAVITY_CHUNK = 10_000
+# Distinct JointState name lists remembered; a driver uses one, so this only bounds abuse.
+MAX_NAME_LAYOUTS = 64
+WARN_PERIOD_S = 5.0
+
+
+def _describe(text: str, read_only: bool = False) -> ParameterDescriptor:
+    return ParameterDescriptor(description=text, read_only=read_only)
+
+
+# name: (default, description). A Parameter.Type default declares a typed parameter
+# without a value (rclpy would type an empty list default as a byte array).
+PARAMETERS = {
+    "model": ("", "path of the nominal MJCF of the arm (required); reloaded at the next identify"),
+    "terminal_body": ("", "body to identify in the terminal scope; empty: the deepest moving body"),
+    "scope": ("terminal", f"one of {SCOPES}: terminal body + joint friction, or the whole arm's base parameters"),
+    "estimator": ("wls", f"one of {ESTIMATORS}"),
+    "friction_terms": (["coulomb", "viscous"], f"per-joint terms to identify, from {friction.TERMS}"),
+    "coulomb_smoothing": (0.0, "rad/s; Coulomb friction as tanh(dq / s) instead of sign(dq) when > 0"),
+    "cutoff_hz": (10.0, "Hz, low-pass cutoff of the measured q, dq and effort"),
+    "decimation": (1, "keep every n-th sample after filtering; the regressor needs ~4 kB per kept "
+                      "sample of a 7-joint arm, so decimate long recordings"),
+    "output_dir": ("sysid_output", "directory of params.json and updated_model.xml"),
+    "buffer_capacity": (DEFAULT_CAPACITY, "samples kept (the oldest are dropped); memory is preallocated "
+                                          "at start-up, hence read-only"),
+    "min_samples": (2000, "fewest recorded samples identify accepts"),
+    "effort_mode": ("torque", f"one of {EFFORT_MODES}: JointState.effort is joint torque (N m), motor current "
+                              "(A), or torque with the nominal model's gravity already subtracted"),
+    "torque_constants": (Parameter.Type.DOUBLE_ARRAY, "N m/A per model joint, for effort_mode 'current'"),
+    "gear_ratios": (Parameter.Type.DOUBLE_ARRAY, "per model joint, for effort_mode 'current' "
+                                                 "(tau = effort * torque_constant * gear_ratio); unset: 1"),
+    "seed": (0, "seed of the random states of the base-parameter analysis"),
+    "identify_on_done": (False, "identify once each time /sysid/done turns true (the excitation ended)"),
+}
+
+
+def check_parameter(name: str, value) -> str | None:
+    """Why ``value`` is not acceptable for parameter ``name``, or None when it is."""
+    choices = {"scope": SCOPES, "estimator": ESTIMATORS, "effort_mode": EFFORT_MODES}
+    if name in choices and value not in choices[name]:
+        return f"{name} must be one of {list(choices[name])}, got '{value}'"
+    if name == "friction_terms":
+        unknown = [t for t in value if t not in friction.TERMS]
+        if unknown or len(set(value)) != len(value):
+            return f"friction_terms must be distinct terms from {list(friction.TERMS)}, got {list(value)}"
+    if name == "coulomb_smoothing" and not (math.isfinite(value) and value >= 0):
+        return f"coulomb_smoothing must be >= 0 rad/s, got {value}"
+    if name == "cutoff_hz" and not (math.isfinite(value) and value > 0):
+        return f"cutoff_hz must be > 0 Hz, got {value}"
+    if name in ("decimation", "buffer_capacity") and value < 1:
+        return f"{name} must be >= 1, got {value}"
+    if name in ("min_samples", "seed") and value < 0:
+        return f"{name} must be >= 0, got {value}"
+    if name in ("torque_constants", "gear_ratios") and value is not None:
+        if not all(math.isfinite(v) and v != 0 for v in value):
+            return f"{name} must be finite and non-zero, got {list(value)}"
+    return None
+
+
+class SampleBuffer:
+    """The latest ``capacity`` joint samples, in one array preallocated at construction.
+
+    Row layout: [stamp (s), q (n) rad, dq (n) rad/s, effort (n) as received], columns in
+    ``joint_names`` order. When full, each new sample overwrites the oldest.
+    """
+
+    def __init__(self, capacity: int, joint_names):
+        self.joint_names = tuple(joint_names)
+        self.data = np.zeros((int(capacity), 1 + 3 * len(self.joint_names)))
+        self.clear()
+
+    @property
+    def capacity(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    def clear(self) -> None:
+        self.head = 0  # row the next sample goes to
+        self.size = 0
+        self.overwritten = 0
+
+    def next_row(self) -> np.ndarray:
+        """The row (1 + 3n,) to fill with the next sample, a view into the buffer."""
+        row = self.data[self.head]
+        self.head = (self.head + 1) % self.capacity
+        if self.size == self.capacity:
+            self.overwritten += 1
+        else:
+            self.size += 1
+        return row
+
+    def chronological(self) -> tuple:
+        """Copies of the samples, oldest first: time (N,) s, q, dq, effort (N, n)."""
+        start = (self.head - self.size) % self.capacity
+        rows = np.take(self.data, np.arange(start, start + self.size) % self.capacity, axis=0)
+        n = len(self.joint_names)
+        return rows[:, 0], rows[:, 1:1 + n], rows[:, 1 + n:1 + 2 * n], rows[:, 1 + 2 * n:]
+
+
+def gravity_torque(robot: Robot, q: np.ndarray) -> np.ndarray:
+    """The nominal model's gravity torque g(q) (N, n) N m for q (N, n) rad in robot joint order."""
+    theta = robot.nominal_parameters.reshape(-1)
+    out = np.empty_like(q)
+    zeros = np.zeros((min(GRAVITY_CHUNK, len(q)), robot.n_joints))
+    for start in range(0, len(q), GRAVITY_CHUNK):
+        block = q[start:start + GRAVITY_CHUNK]
+        still = zeros[:len(block)]
+        out[start:start + len(block)] = robot.regressor(block, still, still) @ theta
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class Identifier(Node):
+    """The ``identifier`` node; keyword arguments go to rclpy's Node (parameter_overrides, context, ...).
+
+    Parameters are listed in PARAMETERS; counters ``received``, ``stored`` (samples in the
+    buffer), ``rejected`` and ``overwritten`` (dropped when the buffer was full).
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__("identifier", **kwargs)
+        for name, (default, text) in PARAMETERS.items():
+            self.declare_parameter(name, default, _describe(text, read_only=(name == "buffer_capacity")))
+        # start-up values are not seen by the callback: report bad ones now, identify refuses them
+        for name in PARAMETERS:
+            reason = check_parameter(name, self._param(name))
+            if reason:
+                fallback = f"; using {DEFAULT_CAPACITY}" if name == "buffer_capacity" else ""
+                self.get_logger().error(f"invalid parameter: {reason}{fallback}")
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+        capacity = self._param("buffer_capacity")
+        self._capacity = capacity if capacity >= 1 else DEFAULT_CAPACITY  # read-only: no later fix possible
+        self._lock = threading.Lock()  # buffer and counters: the subscription and services may run in parallel
+        self._robot_lock = threading.Lock()
+        self._robot: Robot | None = None
+        self._robot_key = None  # (model, terminal_body) the robot was loaded from
+        self._load_failure = None  # (key, reason) of the last failed load, not retried per message
+        self._buffer: SampleBuffer | None = None
+        self._layouts = {}  # JointState name tuple -> indices into [position|velocity|effort], or a reason
+        self._reset_counters()
+        self._receive_stamped = False
+        self._ensure_buffer()
+        self.last_report = ""  # result table of the last successful identification
+
+        # the recording must not lose samples: reliable, and deep enough for bursts while
+        # the executor is busy elsewhere
+        joint_qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+        self._joint_sub = self.create_subscription(JointState, "/joint_states", self._on_joint_state, joint_qos,
+                                                   callback_group=MutuallyExclusiveCallbackGroup())
+        # late subscribers (a dashboard started after the run) still get the last result
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._result_pub = self.create_publisher(String, "/sysid/result", latched)
+        # an identification takes seconds: a separate group lets a multi-threaded executor keep recording
+        services = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, "/sysid/identify", self._on_identify, callback_group=services)
+        self.create_service(Trigger, "/sysid/reset", self._on_reset, callback_group=services)
+        # the publisher latches its done flag, so a late identifier still sees the last one
+        self._done = False
+        self.create_subscription(Bool, "/sysid/done", self._on_done, latched, callback_group=services)
+        topic = self._joint_sub.topic_name
+        if self._buffer is not None:
+            self.get_logger().info(f"recording {topic} (the latest {self._capacity} samples, "
+                                   f"{self._buffer.nbytes / 1e6:.0f} MB); call /sysid/identify when done")
+        else:
+            self.get_logger().warning(f"not recording {topic} until parameter 'model' names a loadable MJCF")
+
+    # ------------------------------------------------------------------ parameters
+
+    def _param(self, name: str):
+        try:
+            return self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return None  # typed arrays declared without a value
+
+    def _on_set_parameters(self, parameters) -> SetParametersResult:
+        for parameter in parameters:
+            if parameter.name in PARAMETERS:
+                reason = check_parameter(parameter.name, parameter.value)
+                if reason:
+                    return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ model and buffer
+
+    @property
+    def received(self) -> int:
+        return self._received
+
+    @property
+    def rejected(self) -> int:
+        return self._rejected
+
+    @property
+    def stored(self) -> int:
+        return 0 if self._buffer is None else self._buffer.size
+
+    @property
+    def overwritten(self) -> int:
+        return 0 if self._buffer is None else self._buffer.overwritten
+
+    @property
+    def buffer(self) -> SampleBuffer | None:
+        return self._buffer
+
+    def _reset_counters(self) -> None:
+        self._received = 0
+        self._rejected = 0
+        self._last_rejection = None
+        self._last_warning = -math.inf
+
+    def _robot_for_parameters(self) -> Robot:
+        """The nominal robot of the current ``model``/``terminal_body``, loaded when they changed."""
+        model, terminal = self._param("model"), self._param("terminal_body")
+        if not model:
+            raise ModelError("parameter 'model' is empty: set it to the nominal MJCF of the arm "
+                             f"(ros2 param set {self.get_fully_qualified_name()} model /path/arm.xml)")
+        key = (model, terminal)
+        with self._robot_lock:
+            if self._robot_key != key:
+                self._robot = load_robot(model, terminal_body=terminal or None)
+                self._robot_key = key
+                self.get_logger().info(f"loaded {model}: joints {list(self._robot.joint_names)}, "
+                                       f"terminal body '{self._robot.terminal_body}'")
+            return self._robot
+
+    def _ensure_buffer(self) -> bool:
+        """Allocate the buffer for the model's joints if there is none yet; False when no model loads."""
+        if self._buffer is not None:
+            return True
+        key = (self._param("model"), self._param("terminal_body"))
+        if self._load_failure is not None and self._load_failure[0] == key:
+            return False
+        try:
+            robot = self._robot_for_parameters()
+        except SysidError as err:
+            self._load_failure = (key, str(err))
+            self.get_logger().error(f"no model loaded, JointState messages are rejected: {err}")
+            return False
+        self._buffer = SampleBuffer(self._capacity, robot.joint_names)
+        self._layouts.clear()
+        return True
+
+    # ------------------------------------------------------------------ recording
+
+    def _layout(self, names) -> np.ndarray | str:
+        """Indices into a message's [position | velocity | effort] giving the buffer's q, dq,
+        effort columns, or the reason the names do not cover the model."""
+        layout = self._layouts.get(names)
+        if layout is None:
+            where = {}
+            for i, name in enumerate(names):
+                where.setdefault(name, i)
+            missing = [j for j in self._buffer.joint_names if j not in where]
+            if missing:
+                layout = f"lacks the model joints {missing}"
+            else:
+                idx = np.array([where[j] for j in self._buffer.joint_names])
+                m = len(names)
+                layout = np.concatenate((idx, m + idx, 2 * m + idx))
+            if len(self._layouts) >= MAX_NAME_LAYOUTS:
+                self._layouts.clear()
+            self._layouts[names] = layout
+        return layout
+
+    def _reject(self, reason: str) -> None:
+        self._rejected += 1
+        self._last_rejection = reason
+        # throttled here: rclpy's own throttling inspects the call stack on every call,
+        # ~0.3 ms, too slow for a 1 kHz stream that is rejected message after message
+        now = time.monotonic()
+        if now - self._last_warning >= WARN_PERIOD_S:
+            self._last_warning = now
+            self.get_logger().warning(f"JointState rejected: {reason} ({self._rejected} of {self._received} "
+                                      "rejected so far)")
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        with self._lock:
+            self._received += 1
+            if self._buffer is None and not self._ensure_buffer():
+                self._reject(f"no model loaded ({self._load_failure[1]})")
+                return
+            names = tuple(msg.name)
+            m = len(names)
+            sizes = (len(msg.position), len(msg.velocity), len(msg.effort))
+            if sizes != (m, m, m):
+                empty = [f for f, s in zip(("position", "velocity", "effort"), sizes) if s == 0]
+                self._reject(f"no {'/'.join(empty)} values" if empty else
+                             f"position/velocity/effort have {sizes[0]}/{sizes[1]}/{sizes[2]} values for {m} names")
+                return
+            layout = self._layout(names)
+            if isinstance(layout, str):
+                self._reject(layout)
+                return
+            stamp = msg.header.stamp
+            if stamp.sec == 0 and stamp.nanosec == 0:
+                t = self._receive_time()
+            else:
+                t = stamp.sec + 1e-9 * stamp.nanosec
+            row = self._buffer.next_row()
+            row[0] = t
+            # the fields are array.array('d'): joined as arrays, then one NumPy view (a few times
+            # faster than np.concatenate on three buffers, and this runs at the sensor rate)
+            row[1:] = np.frombuffer(msg.position + msg.velocity + msg.effort)[layout]
+
+    def _receive_time(self) -> float:
+        if not self._receive_stamped:
+            self._receive_stamped = True
+            self.get_logger().warning(
+                "JointState header stamps are zero: using the receive time (node clock) instead. Its jitter "
+                "makes the sampling non-uniform, which identify rejects: stamp the messages at the source")
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_reset(self, request, response):
+        with self._lock:
+            if self._buffer is not None:
+                self._buffer.clear()
+            self._reset_counters()
+            self._receive_stamped = False
+            # a model with other joints gets a buffer of its own
+            try:
+                robot = self._robot_for_parameters()
+                if self._buffer is not None and self._buffer.joint_names != robot.joint_names:
+                    self._buffer = None
+            except SysidError:
+                pass
+            self._load_failure = None
+            self._ensure_buffer()
+        response.success = True
+        response.message = "recording cleared"
+        self.get_logger().info(response.message)
+        return response
+
+    # ------------------------------------------------------------------ identification
+
+    def _on_done(self, msg: Bool) -> None:
+        finished, self._done = msg.data and not self._done, msg.data
+        if finished and self._param("identify_on_done"):
+            response = self._on_identify(Trigger.Request(), Trigger.Response())
+            log = self.get_logger().info if response.success else self.get_logger().error
+            log(f"identify_on_done: {response.message}")
+
+    def _on_identify(self, request, response):
+        try:
+            summary = self.run_identification()
+        except (SysidError, ValueError, OSError) as err:
+            response.success = False
+            response.message = _one_line(f"identification failed: {err}")
+            self.get_logger().error(response.message)
+        except Exception as err:  # noqa: BLE001 -- a service must answer, and the node must stay up
+            self.get_logger().error(f"identification failed unexpectedly:\n{traceback.format_exc()}")
+            response.success = False
+            response.message = _one_line(f"identification failed unexpectedly ({type(err).__name__}: {err}); "
+                                         "see the node's log")
+        else:
+            response.success = True
+            response.message = json.dumps(summary, separators=(",", ":"))
+        return response
+
+    def _config(self) -> IdentificationConfig:
+        for name in PARAMETERS.keys() - {"buffer_capacity"}:  # an invalid capacity fell back to the default
+            reason = check_parameter(name, self._param(name))
+            if reason:
+                raise ValueError(reason)
+        p = self._param
+        return IdentificationConfig(
+            scope=p("scope"), estimator=p("estimator"),
+            joint_model=friction.JointModel(tuple(p("friction_terms")), p("coulomb_smoothing")),
+            filter=FilterConfig(cutoff_hz=p("cutoff_hz"), decimation=p("decimation")), seed=p("seed"))
+
+    def _recording(self, robot: Robot) -> Recording:
+        """The buffer as a Recording in robot joint order, effort converted to joint torque."""
+        with self._lock:
+            if self._buffer is None or self._buffer.size == 0:
+                hint = f", {self._rejected} rejected (last: {self._last_rejection})" if self._rejected else ""
+                raise DataError(f"too few samples: none recorded from {self._joint_sub.topic_name} "
+                                f"({self._received} received{hint})")
+            time_s, q, dq, effort = self._buffer.chronological()
+            joints = self._buffer.joint_names
+            received, rejected, last = self._received, self._rejected, self._last_rejection
+        minimum = self._param("min_samples")
+        if len(time_s) < minimum:
+            hint = f", {rejected} rejected (last: {last})" if rejected else ""
+            raise DataError(f"too few samples: {len(time_s)} recorded ({received} received{hint}), "
+                            f"min_samples is {minimum}: record longer")
+        missing = [j for j in robot.joint_names if j not in joints]
+        if missing:
+            raise DataError(f"the model's joints {missing} are not in the recording (recorded joints "
+                            f"{list(joints)}): the model changed since recording started; call /sysid/reset "
+                            "and record again")
+        measured = Recording(time_s, q, dq, effort, joints).select(robot.joint_names)
+        mode = self._param("effort_mode")
+        tau = measured.tau
+        if mode == "current":
+            n = robot.n_joints
+            constants = self._param("torque_constants") or []
+            ratios = self._param("gear_ratios") or [1.0] * n
+            for name, values in (("torque_constants", constants), ("gear_ratios", ratios)):
+                if len(values) != n:
+                    raise ValueError(f"effort_mode 'current' needs {name} with one value per model joint "
+                                     f"{list(robot.joint_names)}, got {len(values)}")
+            tau = tau * np.asarray(constants) * np.asarray(ratios)
+        elif mode == "gravity_compensated":
+            tau = tau + gravity_torque(robot, measured.q)
+        return Recording(measured.time, measured.q, measured.dq, tau, measured.joint_names)
+
+    def run_identification(self) -> dict:
+        """Identify from the recording with the current parameters; returns the summary.
+
+        Writes params.json and updated_model.xml, publishes /sysid/result. Raises SysidError,
+        ValueError or OSError with a readable message; the recording is left untouched.
+        """
+        started = time.perf_counter()
+        config = self._config()
+        robot = self._robot_for_parameters()
+        try:
+            recording = self._recording(robot)
+            result = identify(robot, recording, config)
+        except DataError as err:
+            timing = any(k in str(err) for k in ("spacing", "time stamps"))
+            if not (timing and self._receive_stamped):
+                raise
+            raise DataError(f"{err} (the stamps are receive times, the messages had none)") from None
+
+        output = Path(self._param("output_dir"))
+        document = params_document(result, robot, source="ros")
+        output.mkdir(parents=True, exist_ok=True)
+        write_params_json(output / "params.json", document)
+        model_path, model_error = output / "updated_model.xml", None
+        try:
+            write_updated_model(robot.path, model_path, robot, result)
+        except (SysidError, OSError) as err:
+            model_path, model_error = None, _one_line(err)
+            self.get_logger().error(f"updated_model.xml not written: {model_error}")
+        self._result_pub.publish(String(data=json.dumps(document)))
+        self.last_report = format_result(result, document)
+        self.get_logger().info("\n" + self.last_report)
+
+        summary = {
+            "scope": result.scope,
+            "terminal_body": result.terminal_body,
+            "mass": document["mass"],
+            "center_of_mass": document["center_of_mass"],
+            "rmse": document["rmse"],
+            "validation_rmse": None,  # the rmse is in-sample: no separate validation recording here
+            "n_samples": document["n_samples"],
+            "recorded_samples": recording.n_samples,
+            "condition_number": document["condition_number"],
+            "effort_mode": self._param("effort_mode"),
+            "params_json": str(output / "params.json"),
+            "updated_model": None if model_path is None else str(model_path),
+        }
+        if model_error is not None:
+            summary["updated_model_error"] = f"updated_model.xml not written: {model_error}"
+        summary["elapsed_s"] = round(time.perf_counter() - started, 3)
+        return summary
+
+
+def main(args=None):
+    rclpy.init(args=args)
+    node = Identifier()
+    # two threads: the recording goes on while an identification runs
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""MuJoCo stand-in for the real arm: joint drives in MIT mode, sensors with noise, a clock.
+
+Every control period the node reads the simulated state, publishes it on ``joint_states``
+(what the drives would report: position, velocity, applied torque, with noise and
+quantisation), computes the MIT-mode torque tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff
+for the latest ``sysid/joint_command`` and holds it through the MuJoCo steps of the period.
+A joint whose command is older than ``command_timeout_s`` (sim time) falls back to damping
+only, tau = -kd dq, as the Damiao bridge does; before its first command a joint holds the
+initial pose with the PD law and no feed-forward.
+
+realtime: true steps on a wall timer at ``rate_hz`` (catching up a few late periods).
+realtime: false steps as fast as the executor allows and publishes ``/clock`` (it is
+published in both modes), so nodes with ``use_sim_time`` follow the simulation. The fast loop
+is a zero-period timer that runs ``steps_per_callback`` periods per call; between calls the
+executor serves every other ready entity, so services, parameters and the other nodes of the
+process stay responsive. rclpy's executor takes one message per subscription per wait
+round, so the default of one period per call keeps in-process subscribers (and the /clock
+subscription of sim-time nodes) in step with the simulation: every round publishes one
+sample and every subscriber takes one. Larger values run the simulation ahead of them: they
+fall behind by steps_per_callback - 1 samples per round, follow a stale clock, and drop
+samples once their queues are full. Use them only when the consumers live in other
+processes and keep up.
+
+rate_hz: the control period must be a whole number of model timesteps. The default gains
+(``sysid_core.simulation.default_gains``) are meant for 1 kHz: at 500 Hz the explicit damping
+loop of the OpenArm-class arm is unstable in some poses (|eig(I - T M^-1 Kd)| reaches 1.07),
+so pass smaller kp, kd with a slower rate.
+"""
+import time
+
+from builtin_interfaces.msg import Time
+import mujoco
+import numpy as np
+import rclpy
+from rclpy.clock import Clock, ClockType
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile
+from rosgraph_msgs.msg import Clock as ClockMsg
+from sensor_msgs.msg import JointState
+
+from sysid_core.errors import DataError, SysidError
+from sysid_core.model import load_robot
+from sysid_core.simulation import (default_gains, measure, mit_torque, mujoco_warnings, step,
+                                   substeps_per_period)
+
+# A late wall timer catches up at most this many control periods in one call; further behind,
+# the simulation gives up on the lost time (it runs slower than real time) instead of bursting.
+MAX_CATCH_UP = 20
+WARN_PERIOD_S = 5.0
+
+
+def _stamp(nanoseconds: int) -> Time:
+    sec, nanosec = divmod(nanoseconds, 1_000_000_000)
+    return Time(sec=sec, nanosec=nanosec)
+
+
+class MujocoSim(Node):
+    """Simulated arm. Public for tests: ``published`` (JointState messages sent so far),
+    ``sim_time`` (s), ``joint_names``, ``kp``/``kd`` (n,), ``error`` (None while healthy)."""
+
+    def __init__(self, **kwargs):
+        super().__init__('mujoco_sim', **kwargs)
+        self.declare_parameter('model', '')
+        self.declare_parameter('rate_hz', 1000.0)
+        self.declare_parameter('realtime', True)
+        self.declare_parameter('steps_per_callback', 1)
+        self.declare_parameter('kp', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('kd', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('q_noise', 1e-4)
+        self.declare_parameter('dq_noise', 5e-3)
+        self.declare_parameter('tau_noise', 0.02)
+        self.declare_parameter('q_resolution', 0.0)
+        self.declare_parameter('dq_resolution', 0.0)
+        self.declare_parameter('tau_resolution', 0.0)
+        self.declare_parameter('seed', 0)
+        self.declare_parameter('initial_positions', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('command_timeout_s', 0.1)
+
+        self.published = 0
+        self.error = None
+        self.joint_names = ()
+        self._periods = 0
+        self._period_ns = 0
+        self._timer = None
+        self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=100))
+        self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
+        self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
+        try:
+            self._setup()
+        except (SysidError, ValueError) as exc:
+            self._fail(f'not simulating: {exc}')
+            return
+        self._realtime = bool(self.get_parameter('realtime').value)
+        if self._realtime:
+            # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
+            self._wall_start = time.monotonic()
+            self._timer = self.create_timer(self._period_ns * 1e-9, self._on_wall_timer,
+                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+        else:
+            self._timer = self.create_timer(0.0, self._on_fast_timer,
+                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.get_logger().info(
+            f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self._period_ns:g} Hz, "
+            f"{self._substeps} MuJoCo step(s) per period, {'real time' if self._realtime else 'as fast as possible'}")
+
+    @property
+    def sim_time(self) -> float:
+        return self._periods * self._period_ns * 1e-9
+
+    def _setup(self):
+        """Load the model and everything that does not change while simulating; raises on bad input."""
+        param = self.get_parameter
+        self._model_path = param('model').value
+        if not self._model_path:
+            raise ValueError("parameter 'model' (path of the MJCF file to simulate) is empty")
+        robot = load_robot(self._model_path)
+        self._model = robot.model
+        self.joint_names = robot.joint_names
+        n = len(self.joint_names)
+        self._index = {name: j for j, name in enumerate(self.joint_names)}
+        rate = float(param('rate_hz').value)
+        if not rate > 0:
+            raise ValueError(f'rate_hz must be > 0, got {rate}')
+        self._substeps = substeps_per_period(self._model, 1.0 / rate)
+        self._period_ns = int(round(self._substeps * self._model.opt.timestep * 1e9))
+        self._steps_per_callback = int(param('steps_per_callback').value)
+        if self._steps_per_callback < 1:
+            raise ValueError(f'steps_per_callback must be >= 1, got {self._steps_per_callback}')
+        self._timeout_ns = int(float(param('command_timeout_s').value) * 1e9)
+
+        kp_default, kd_default = default_gains(self._model)
+        self.kp = self._joint_array('kp', kp_default)
+        self.kd = self._joint_array('kd', kd_default)
+        q_init = self._joint_array('initial_positions', np.clip(self._model.qpos0, *robot.joint_range.T))
+        self._noise = [(float(param(f'{ch}_noise').value), float(param(f'{ch}_resolution').value))
+                       for ch in ('q', 'dq', 'tau')]
+        if any(not (np.isfinite(v) and v >= 0) for pair in self._noise for v in pair):
+            raise ValueError(f'noise and resolution parameters must be finite and >= 0, got {self._noise}')
+        self._rng = np.random.default_rng(param('seed').value)
+
+        self._data = mujoco.MjData(self._model)
+        self._data.qpos[:] = q_init
+        self._data.ctrl[:] = 0.0
+        mujoco.mj_forward(self._model, self._data)
+        # until a joint is commanded it holds the initial pose (PD, no feed-forward)
+        self._q_des, self._dq_des, self._tau_ff = q_init.copy(), np.zeros(n), np.zeros(n)
+        self._commanded_at = np.full(n, -1, dtype=np.int64)  # sim time (ns) of the last command, -1: never
+        self._timed_out = False
+
+    def _joint_array(self, name, default) -> np.ndarray:
+        try:
+            value = self.get_parameter(name).value
+        except ParameterUninitializedException:  # declared by type, no value given: use the default
+            value = None
+        if value is None or len(value) == 0:
+            return np.array(default, dtype=float)
+        arr = np.array(value, dtype=float)
+        if arr.shape != (len(self.joint_names),) or not np.all(np.isfinite(arr)):
+            raise ValueError(f'{name} must hold {len(self.joint_names)} finite values '
+                             f'(one per joint {list(self.joint_names)}), got {list(value)}')
+        return arr
+
+    def _command_arrays(self, msg: JointState):
+        """(joint indices, q_des, dq_des, tau_ff) of a command's known joints, or None if unusable.
+
+        Empty velocity or effort mean zero; unknown joint names are ignored with a warning.
+        """
+        if self.error is not None:
+            return None
+        index = np.array([self._index.get(name, -1) for name in msg.name], dtype=int)
+        count = index.size
+        if len(msg.position) != count or len(msg.velocity) not in (0, count) or len(msg.effort) not in (0, count):
+            self.get_logger().warning(
+                'ignoring a joint command whose position (and non-empty velocity, effort) do not match its names',
+                throttle_duration_sec=WARN_PERIOD_S)
+            return None
+        known = index >= 0
+        if not known.all():
+            self.get_logger().warning(
+                f'ignoring unknown joints {[n for n, k in zip(msg.name, known) if not k]} in joint commands; '
+                f'simulated joints are {list(self.joint_names)}', throttle_duration_sec=WARN_PERIOD_S)
+        values = [np.asarray(v, dtype=float)[known] if len(v) else np.zeros(known.sum())
+                  for v in (msg.position, msg.velocity, msg.effort)]
+        if not all(np.all(np.isfinite(v)) for v in values):
+            self.get_logger().warning('ignoring a joint command with NaN or infinite values',
+                                      throttle_duration_sec=WARN_PERIOD_S)
+            return None
+        return (index[known], *values)
+
+    def _fail(self, message: str):
+        self.error = message
+        self.get_logger().error(message)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    # --- callbacks --------------------------------------------------------------------------
+
+    def _on_command(self, msg: JointState):
+        command = self._command_arrays(msg)
+        if command is None:
+            return
+        joints, q_des, dq_des, tau_ff = command
+        self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
+        self._commanded_at[joints] = self._periods * self._period_ns
+        if self._timed_out:
+            self._timed_out = False
+            self.get_logger().info('joint commands resumed')
+
+    def _on_fast_timer(self):
+        for _ in range(self._steps_per_callback):
+            if not self._advance():
+                return
+
+    def _on_wall_timer(self):
+        due = int((time.monotonic() - self._wall_start) * 1e9) // self._period_ns + 1 - self._periods
+        if due > MAX_CATCH_UP:
+            self.get_logger().warning(f'{due} control periods late: dropping the lost time (the simulation '
+                                      'runs slower than real time)', throttle_duration_sec=WARN_PERIOD_S)
+            self._wall_start += (due - 1) * self._period_ns * 1e-9
+            due = 1
+        for _ in range(due):
+            if not self._advance():
+                return
+
+    # --- one control period -----------------------------------------------------------------
+
+    def _advance(self) -> bool:
+        """Publish the state at the current sim time, then step one control period under its torque."""
+        # ROS reads time 0 as "no time yet" (and drivers use a zero stamp for "unstamped"),
+        # so the simulated clock starts one period in
+        now_ns = (self._periods + 1) * self._period_ns
+        q, dq = self._data.qpos, self._data.qvel
+        tau = mit_torque(q, dq, self._q_des, self._dq_des, self._tau_ff, self.kp, self.kd)
+        stale = (self._commanded_at >= 0) & (now_ns - self._commanded_at > self._timeout_ns)
+        if stale.any():
+            tau = np.where(stale, -self.kd * dq, tau)
+            if not self._timed_out:
+                self._timed_out = True
+                self.get_logger().warning(
+                    f'no joint command for {self._timeout_ns * 1e-9:g} s (sim time): joints '
+                    f'{[n for n, s in zip(self.joint_names, stale) if s]} switched to damping only')
+        self._publish(now_ns, q, dq, tau)
+        try:
+            with mujoco_warnings() as messages:
+                step(self._model, self._data, tau, self._substeps)
+        except DataError as exc:
+            self._fail(f"{exc} (MuJoCo: {' '.join(messages) or 'bad state'}); simulation stopped, "
+                       'node kept alive: check the gains, the feed-forward and the model')
+            return False
+        self._periods += 1
+        return True
+
+    def _publish(self, now_ns: int, q, dq, tau):
+        stamp = _stamp(now_ns)
+        self._clock_pub.publish(ClockMsg(clock=stamp))
+        (q_std, q_res), (dq_std, dq_res), (tau_std, tau_res) = self._noise
+        msg = JointState(name=list(self.joint_names),
+                         position=measure(q, q_std, q_res, self._rng).tolist(),
+                         velocity=measure(dq, dq_std, dq_res, self._rng).tolist(),
+                         effort=measure(tau, tau_std, tau_res, self._rng).tolist())
+        msg.header.stamp = stamp
+        self._state_pub.publish(msg)
+        self.published += 1
+
+
+def main(args=None):
+    rclpy.init(args=args)
+    node = MujocoSim()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        # a SIGTERM can shut the context down while the executor builds its wait set (rclpy then
+        # raises RCLError instead of ExternalShutdownException); anything else is a real error
+        if rclpy.ok():
+            raise
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

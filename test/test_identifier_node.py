@@ -1,0 +1,477 @@
+"""The identifier node with real rclpy: recording /joint_states, /sysid/identify, /sysid/reset.
+
+Every test runs its own nodes (unique names) in one rclpy context of this module and
+spins an executor only until a condition holds or a timeout expires, so nothing can hang.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import mujoco
+import numpy as np
+import pytest
+import rclpy
+from builtin_interfaces.msg import Time
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from conftest import ROBOTS
+from sysid_core import load_robot
+from sysid_core.excitation import multisine
+from sysid_core.simulation import ideal_recording
+from sysid_core.trajectory import Trajectory
+from sysid_ros.identifier import Identifier
+
+NOMINAL = ROBOTS / "openarm_class.xml"
+TRUTH = ROBOTS / "openarm_class_payload.xml"
+T0 = 1000.0  # s, first header stamp (a robot's clock is not at zero)
+TIMEOUT = 20.0  # s, upper bound of every wait
+
+
+# --------------------------------------------------------------------------- fixtures and helpers
+
+@pytest.fixture(scope="module")
+def context():
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)
+
+
+@pytest.fixture
+def executor(context):
+    ex = SingleThreadedExecutor(context=context)
+    yield ex
+    ex.shutdown(timeout_sec=1.0)
+
+
+class NodeFactory:
+    """Creates nodes in the test's context and executor; destroys them (at the latest after the test)."""
+
+    def __init__(self, context, executor):
+        self.context, self.executor, self.alive = context, executor, []
+
+    def __call__(self, factory, *args, **kwargs):
+        node = factory(*args, context=self.context, **kwargs)
+        self.executor.add_node(node)
+        self.alive.append(node)
+        return node
+
+    def destroy(self, node):
+        self.alive.remove(node)
+        self.executor.remove_node(node)
+        node.destroy_node()
+
+
+@pytest.fixture
+def nodes(context, executor):
+    factory = NodeFactory(context, executor)
+    yield factory
+    for node in list(factory.alive):
+        factory.destroy(node)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def make_identifier(nodes, **parameters):
+    parameters.setdefault("model", str(NOMINAL))
+    overrides = [Parameter(name, value=value) for name, value in parameters.items()]
+    return nodes(Identifier, parameter_overrides=overrides,
+                 cli_args=["--ros-args", "-r", f"__node:={unique('identifier')}"])
+
+
+def spin_until(executor, condition, timeout: float = TIMEOUT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        executor.spin_once(timeout_sec=0.02)
+    return True
+
+
+def call(executor, client_node, service: str, timeout: float = 60.0) -> Trigger.Response:
+    client = client_node.create_client(Trigger, service)
+    try:
+        assert spin_until(executor, client.service_is_ready), f"{service} not available"
+        future = client.call_async(Trigger.Request())
+        assert spin_until(executor, future.done, timeout), f"{service} did not answer within {timeout} s"
+        return future.result()
+    finally:
+        client_node.destroy_client(client)
+
+
+def plain_node(name, context):
+    return rclpy.create_node(name, context=context)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """Noise-free torques of the arm with its payload along an 8 s, 500 Hz multisine."""
+    nominal, truth = load_robot(NOMINAL), load_robot(TRUTH)
+    plan = multisine(nominal.joint_range, 8.0, 500.0, seed=1, max_velocity=2.0)
+    return nominal, truth, ideal_recording(truth.model, plan, truth.joint_names)
+
+
+class Messages:
+    """JointState messages of a recording: joints shuffled, one extra joint, header stamps."""
+
+    def __init__(self, recording, seed=0, extra="gripper_finger"):
+        rng = np.random.default_rng(seed)
+        names = list(recording.joint_names) + [extra]
+        self.order = rng.permutation(len(names))
+        self.names = [names[k] for k in self.order]
+        self.recording = recording
+
+    def message(self, i: int, effort=None, stamp=None) -> JointState:
+        rec = self.recording
+        pick = (lambda row: np.append(row, 0.123)[self.order].tolist())
+        msg = JointState()
+        msg.name = self.names
+        t = T0 + rec.time[i] if stamp is None else stamp
+        msg.header.stamp.sec = int(t)
+        msg.header.stamp.nanosec = int(round((t - int(t)) * 1e9))
+        msg.position = pick(rec.q[i])
+        msg.velocity = pick(rec.dq[i])
+        msg.effort = pick(rec.tau[i] if effort is None else effort[i])
+        return msg
+
+
+def feed(node, messages):
+    for msg in messages:
+        node._on_joint_state(msg)
+
+
+def buffer_snapshot(node):
+    with node._lock:
+        return [a.copy() for a in node.buffer.chronological()]
+
+
+# --------------------------------------------------------------------------- 1. end to end over DDS
+
+def test_identifies_payload_from_published_joint_states(data, context, executor, nodes, tmp_path):
+    nominal, truth, recording = data
+    identifier = make_identifier(nodes, output_dir=str(tmp_path))
+    publisher_node = nodes(plain_node, unique("joint_state_source"))
+    client_node = nodes(plain_node, unique("identify_client"))
+    # deep enough that no sample leaves the writer's history before it is acknowledged
+    publisher = publisher_node.create_publisher(JointState, "/joint_states",
+                                                QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE))
+    assert spin_until(executor, lambda: publisher.get_subscription_count() >= 1)
+
+    source = Messages(recording)
+    total = recording.n_samples
+    for start in range(0, total, 200):
+        # batches well below the subscription's depth, spun until stored: nothing may be lost
+        for i in range(start, min(start + 200, total)):
+            publisher.publish(source.message(i))
+        assert spin_until(executor, lambda: identifier.received >= min(start + 200, total)), \
+            f"stuck at {identifier.received} of {min(start + 200, total)} samples"
+    assert (identifier.received, identifier.stored, identifier.rejected) == (total, total, 0)
+
+    response = call(executor, client_node, "/sysid/identify")
+    assert response.success, response.message
+    summary = json.loads(response.message)
+    true = truth.nominal_parameters[truth.body_names.index("link7")]  # link7 + flange + payload
+    assert summary["terminal_body"] == "link7"
+    assert abs(summary["mass"] - true[0]) / true[0] < 0.005
+    assert np.linalg.norm(np.array(summary["center_of_mass"]) - true[1:4] / true[0]) < 1e-3
+    assert summary["n_samples"] > 0.9 * total and summary["updated_model"] is not None
+    assert (tmp_path / "params.json").is_file() and (tmp_path / "updated_model.xml").is_file()
+    assert identifier.stored == total  # identify keeps the recording
+
+    # a subscriber that joins afterwards still gets the result (transient local)
+    results = []
+    late = nodes(plain_node, unique("late_listener"))
+    late.create_subscription(String, "/sysid/result", lambda msg: results.append(msg.data),
+                             QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    assert spin_until(executor, lambda: results)
+    document = json.loads(results[-1])
+    assert document["mass"] == summary["mass"] and document["source"] == "ros"
+    assert document == json.loads((tmp_path / "params.json").read_text())
+
+
+# --------------------------------------------------------------------------- 2. another process
+
+CLIENT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import rclpy
+    from std_srvs.srv import Trigger
+    rclpy.init()
+    node = rclpy.create_node("reset_client_" + sys.argv[1])
+    client = node.create_client(Trigger, "/sysid/reset")
+    if not client.wait_for_service(timeout_sec=20.0):
+        print(json.dumps({"error": "service not found"})); sys.exit(1)
+    future = client.call_async(Trigger.Request())
+    rclpy.spin_until_future_complete(node, future, timeout_sec=20.0)
+    if not future.done():
+        print(json.dumps({"error": "no answer"})); sys.exit(1)
+    print(json.dumps({"success": future.result().success, "message": future.result().message}))
+    node.destroy_node()
+    rclpy.shutdown()
+""")
+
+
+def test_reset_from_another_process(data, executor, nodes, tmp_path):
+    _, _, recording = data
+    identifier = make_identifier(nodes, output_dir=str(tmp_path))
+    source = Messages(recording)
+    feed(identifier, (source.message(i) for i in range(300)))
+    assert identifier.stored == 300
+
+    # the ROS wheels re-exec Python through a .pth hook: sys.executable and the environment
+    # (ROS_DOMAIN_ID from conftest) make the child join this test's domain
+    child = subprocess.Popen([sys.executable, "-c", CLIENT_SCRIPT, uuid.uuid4().hex[:8]], env=os.environ,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the service answers only while this process spins
+        finished = spin_until(executor, lambda: child.poll() is not None, timeout=60.0)
+        assert finished, "client process did not finish within 60 s"
+        out, err = child.communicate(timeout=5.0)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, f"client failed: {out} {err}"
+    reply = json.loads(out.strip().splitlines()[-1])
+    assert reply["success"], reply
+    assert (identifier.stored, identifier.received, identifier.rejected, identifier.overwritten) == (0, 0, 0, 0)
+
+
+# --------------------------------------------------------------------------- 3. bad inputs
+
+def _one_joint_moving(nominal):
+    """Noise-free torques while only joint4 moves: most parameters are invisible."""
+    single = multisine(nominal.joint_range[3:4], 8.0, 500.0, seed=0, max_velocity=2.0)
+    num = len(single.time)
+    q = np.tile(nominal.joint_range.mean(axis=1), (num, 1))
+    dq, ddq = np.zeros((num, 7)), np.zeros((num, 7))
+    q[:, 3], dq[:, 3], ddq[:, 3] = single.q[:, 0], single.dq[:, 0], single.ddq[:, 0]
+    return ideal_recording(nominal.model, Trajectory(single.time, q, dq, ddq), nominal.joint_names)
+
+
+def _case_messages(case, data):
+    nominal, _, recording = data
+    source = Messages(recording)
+    n = recording.n_samples
+    if case == "too_few":
+        return [source.message(i) for i in range(500)]
+    if case == "missing_joint":
+        messages = [source.message(i) for i in range(n)]
+        for msg in messages:
+            keep = [k for k, name in enumerate(msg.name) if name != "joint3"]
+            msg.name = [msg.name[k] for k in keep]
+            for field in ("position", "velocity", "effort"):
+                setattr(msg, field, [getattr(msg, field)[k] for k in keep])
+        return messages
+    if case == "nan_effort":
+        effort = recording.tau.copy()
+        effort[1234, 5] = np.nan
+        return [source.message(i, effort=effort) for i in range(n)]
+    if case == "out_of_order":
+        order = list(range(n))
+        order[1000], order[1001] = order[1001], order[1000]
+        return [source.message(i) for i in order]
+    if case == "dropped":
+        return [source.message(i) for i in range(n) if not 2000 <= i < 2005]
+    if case == "rank_too_low":
+        single = Messages(_one_joint_moving(nominal))
+        return [single.message(i) for i in range(single.recording.n_samples)]
+    return [source.message(i) for i in range(n)]  # good data; the parameters are wrong
+
+
+BAD_CASES = {
+    # case: (identifier parameters, expected fragment of the message)
+    "too_few": ({}, "too few samples: 500 recorded"),
+    "missing_joint": ({}, "lacks the model joints ['joint3']"),
+    "nan_effort": ({}, "NaN"),
+    "out_of_order": ({}, "not strictly increasing"),
+    "dropped": ({}, "sample spacing is not uniform"),
+    "rank_too_low": ({}, "rank"),
+    "empty_model": ({"model": ""}, "parameter 'model' is empty"),
+    "current_without_constants": ({"effort_mode": "current"}, "needs torque_constants"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_input_fails_cleanly_and_keeps_the_recording(case, data, executor, nodes, tmp_path):
+    parameters, expected = BAD_CASES[case]
+    identifier = make_identifier(nodes, output_dir=str(tmp_path), **parameters)
+    client_node = nodes(plain_node, unique("bad_input_client"))
+    messages = _case_messages(case, data)
+    feed(identifier, messages)
+    counters = (identifier.received, identifier.stored, identifier.rejected)
+    before = buffer_snapshot(identifier) if identifier.buffer is not None else None
+
+    response = call(executor, client_node, "/sysid/identify")
+    assert not response.success
+    assert expected in response.message, response.message
+    assert "\n" not in response.message
+    assert not (tmp_path / "params.json").exists()
+    # the node is alive and its recording untouched
+    assert (identifier.received, identifier.stored, identifier.rejected) == counters
+    if before is not None:
+        for old, new in zip(before, buffer_snapshot(identifier)):
+            np.testing.assert_array_equal(old, new)
+    if case == "missing_joint":
+        assert counters == (len(messages), 0, len(messages))
+    assert call(executor, client_node, "/sysid/reset").success
+
+
+def test_bad_model_path_fails_then_recording_is_still_usable(data, executor, nodes, tmp_path):
+    _, _, recording = data
+    identifier = make_identifier(nodes, output_dir=str(tmp_path))
+    client_node = nodes(plain_node, unique("model_client"))
+    source = Messages(recording)
+    feed(identifier, (source.message(i) for i in range(recording.n_samples)))
+
+    missing = tmp_path / "no_such_arm.xml"
+    assert identifier.set_parameters([Parameter("model", value=str(missing))])[0].successful
+    response = call(executor, client_node, "/sysid/identify")
+    assert not response.success and "model file not found" in response.message, response.message
+    assert identifier.stored == recording.n_samples
+
+    # the model is reloaded at the next identify; the recording was kept
+    assert identifier.set_parameters([Parameter("model", value=str(NOMINAL))])[0].successful
+    response = call(executor, client_node, "/sysid/identify")
+    assert response.success, response.message
+
+
+def test_refused_model_file_still_reports_the_identification(data, executor, nodes, tmp_path):
+    _, _, recording = data
+    # MuJoCo would ignore written inertials under inertiafromgeom="true": export refuses
+    model = tmp_path / "from_geoms.xml"
+    model.write_text(NOMINAL.read_text().replace('<compiler angle="radian"',
+                                                 '<compiler inertiafromgeom="true" angle="radian"'))
+    identifier = make_identifier(nodes, model=str(model), output_dir=str(tmp_path / "out"))
+    source = Messages(recording)
+    feed(identifier, (source.message(i) for i in range(recording.n_samples)))
+    response = call(executor, nodes(plain_node, unique("refused_client")), "/sysid/identify")
+    assert response.success, response.message
+    summary = json.loads(response.message)
+    assert summary["updated_model"] is None and "inertiafromgeom" in summary["updated_model_error"]
+    assert (tmp_path / "out" / "params.json").is_file() and not (tmp_path / "out" / "updated_model.xml").exists()
+
+
+def test_invalid_parameters_are_rejected_with_a_reason(nodes):
+    identifier = make_identifier(nodes)
+    for name, value, reason in [("scope", "nope", "scope must be one of"),
+                                ("estimator", "magic", "estimator must be one of"),
+                                ("effort_mode", "volts", "effort_mode must be one of"),
+                                ("friction_terms", ["stiction"], "friction_terms"),
+                                ("cutoff_hz", -1.0, "cutoff_hz"),
+                                ("decimation", 0, "decimation"),
+                                ("torque_constants", [0.1, float("nan")], "torque_constants"),
+                                ("buffer_capacity", 10, "read-only")]:
+        result = identifier.set_parameters([Parameter(name, value=value)])[0]
+        assert not result.successful, name
+        assert reason in result.reason, result.reason
+    assert identifier.get_parameter("scope").value == "terminal"
+    assert identifier.set_parameters([Parameter("scope", value="full")])[0].successful
+
+
+def test_zero_stamps_fall_back_to_the_node_clock_in_sim_time(data, executor, nodes, tmp_path):
+    _, _, recording = data
+    identifier = make_identifier(nodes, output_dir=str(tmp_path), use_sim_time=True, min_samples=0)
+    clock_node = nodes(plain_node, unique("clock_source"))
+    clock = clock_node.create_publisher(Clock, "/clock", 10)
+    source = Messages(recording)
+    unstamped = source.message(0, stamp=0.0)
+    assert (unstamped.header.stamp.sec, unstamped.header.stamp.nanosec) == (0, 0)
+
+    for sim_time in (50.0, 50.5):
+        clock.publish(Clock(clock=Time(sec=int(sim_time), nanosec=int(round(sim_time % 1 * 1e9)))))
+        assert spin_until(executor, lambda: identifier.get_clock().now().nanoseconds == round(sim_time * 1e9))
+        feed(identifier, [unstamped, unstamped])
+    time_s = identifier.buffer.chronological()[0]
+    np.testing.assert_array_equal(time_s, [50.0, 50.0, 50.5, 50.5])
+
+    response = call(executor, nodes(plain_node, unique("stamp_client")), "/sysid/identify")
+    assert not response.success
+    assert "not strictly increasing" in response.message and "receive times" in response.message, response.message
+
+
+# --------------------------------------------------------------------------- 4. bounded memory
+
+def test_memory_is_bounded_by_the_buffer_capacity(nodes):
+    capacity, fed, n = 600_000, 650_000, 7
+    identifier = make_identifier(nodes, buffer_capacity=capacity)
+    buffer = identifier.buffer
+    assert buffer.nbytes == capacity * (1 + 3 * n) * 8
+
+    msg = JointState()
+    msg.name = [f"joint{j}" for j in range(n, 0, -1)]  # reversed order
+    msg.position, msg.velocity, msg.effort = [0.0] * n, [0.0] * n, [0.0] * n
+    stamp, position = msg.header.stamp, msg.position
+    callback = identifier._on_joint_state
+    started = time.perf_counter()
+    for i in range(fed):
+        # mutate one message instead of building 650000
+        stamp.sec, stamp.nanosec = 100 + i // 1000, (i % 1000) * 1_000_000
+        position[0] = i  # joint7
+        callback(msg)
+    elapsed = time.perf_counter() - started
+    print(f"\n{fed} JointState callbacks in {elapsed:.2f} s ({1e6 * elapsed / fed:.2f} us each)")
+
+    assert (identifier.received, identifier.stored, identifier.overwritten) == (fed, capacity, fed - capacity)
+    assert identifier.buffer is buffer and buffer.nbytes == capacity * (1 + 3 * n) * 8
+    time_s, q, _, _ = buffer.chronological()
+    np.testing.assert_array_equal(q[[0, -1], 6], [fed - capacity, fed - 1])  # oldest dropped, in order
+    assert np.all(np.diff(time_s) > 0)
+
+
+# --------------------------------------------------------------------------- 5. effort semantics
+
+def _gravity_mujoco(model: mujoco.MjModel, q: np.ndarray) -> np.ndarray:
+    """g(q) (N, n) from MuJoCo's RNE at rest: an oracle independent of our regressor."""
+    data = mujoco.MjData(model)
+    out = np.empty_like(q)
+    for i, qi in enumerate(q):
+        data.qpos[:], data.qvel[:] = qi, 0.0
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        mujoco.mj_rne(model, data, 0, out[i])
+    return out
+
+
+def test_current_and_gravity_compensated_efforts_give_the_torque_result(data, executor, nodes, tmp_path):
+    nominal, _, recording = data
+    client_node = nodes(plain_node, unique("effort_client"))
+    kt = np.array([0.12, 0.12, 0.09, 0.09, 0.075, 0.075, 0.075])  # N m/A
+    gear = np.array([6.0, 6.0, 9.0, 9.0, 10.0, 10.0, 10.0])
+    efforts = {
+        "torque": ({}, recording.tau),
+        "current": ({"torque_constants": kt.tolist(), "gear_ratios": gear.tolist()}, recording.tau / (kt * gear)),
+        "gravity_compensated": ({}, recording.tau - _gravity_mujoco(nominal.model, recording.q)),
+    }
+    documents = {}
+    for mode, (extra, effort) in efforts.items():
+        identifier = make_identifier(nodes, output_dir=str(tmp_path / mode), effort_mode=mode, **extra)
+        source = Messages(recording)
+        feed(identifier, (source.message(i, effort=effort) for i in range(recording.n_samples)))
+        response = call(executor, client_node, "/sysid/identify")
+        assert response.success, f"{mode}: {response.message}"
+        assert json.loads(response.message)["effort_mode"] == mode
+        documents[mode] = json.loads((tmp_path / mode / "params.json").read_text())
+        nodes.destroy(identifier)  # one /sysid/identify server at a time
+
+    reference = documents["torque"]
+    for mode in ("current", "gravity_compensated"):
+        doc = documents[mode]
+        np.testing.assert_allclose(doc["mass"], reference["mass"], rtol=1e-7)
+        np.testing.assert_allclose(doc["center_of_mass_moment"], reference["center_of_mass_moment"], rtol=1e-6,
+                                   atol=1e-10)
+        np.testing.assert_allclose(list(doc["inertia_tensor"].values()), list(reference["inertia_tensor"].values()),
+                                   rtol=1e-6, atol=1e-10)
+        np.testing.assert_allclose([j["viscous_friction"] for j in doc["joints"]],
+                                   [j["viscous_friction"] for j in reference["joints"]], rtol=1e-6, atol=1e-9)

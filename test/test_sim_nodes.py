@@ -1,0 +1,377 @@
+"""mujoco_sim and trajectory_publisher as real rclpy nodes, in one executor in this process.
+
+No mocks: the nodes talk over DDS (the domain conftest.py isolates). Every wait has a wall-time
+limit; the fast simulation's sim time bounds each scenario to a few seconds.
+"""
+import itertools
+import time
+from pathlib import Path
+
+from builtin_interfaces.msg import Time
+import numpy as np
+import pytest
+import rclpy
+from rcl_interfaces.srv import GetParameters
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Float32
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from sysid_core.excitation import multisine
+from sysid_core.model import load_robot
+from sysid_ros.mujoco_sim import MujocoSim
+from sysid_ros.trajectory_publisher import TrajectoryPublisher
+
+ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
+OPENARM = str(ROBOTS / "openarm_class.xml")
+BIG_QUEUE = QoSProfile(depth=20000)  # a recorder never drops a sample
+_names = itertools.count()
+
+
+def _seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+@pytest.fixture(scope="module")
+def context():
+    ctx = Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)
+
+
+@pytest.fixture(scope="module")
+def openarm():
+    return load_robot(OPENARM)
+
+
+class Recorder(Node):
+    """Keeps every message of the topics the nodes under test publish."""
+
+    def __init__(self, context):
+        super().__init__(f"recorder_{next(_names)}", context=context)
+        self.states, self.commands, self.progress, self.done, self.clock = [], [], [], [], []
+        self.create_subscription(JointState, "joint_states", self._on_state, BIG_QUEUE)
+        self.create_subscription(JointState, "sysid/joint_command", self._on_command, BIG_QUEUE)
+        self.create_subscription(Float32, "sysid/progress", lambda m: self.progress.append(m.data), BIG_QUEUE)
+        self.create_subscription(Bool, "sysid/done", lambda m: self.done.append(m.data),
+                                 QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self.create_subscription(Clock, "/clock", lambda m: self.clock.append(_seconds(m.clock)), BIG_QUEUE)
+
+    def _on_state(self, msg):
+        self.states.append((_seconds(msg.header.stamp), np.array(msg.position), np.array(msg.velocity),
+                            np.array(msg.effort)))
+
+    def _on_command(self, msg):
+        self.commands.append((_seconds(msg.header.stamp), np.array(msg.position), np.array(msg.velocity),
+                              np.array(msg.effort)))
+
+    @staticmethod
+    def arrays(samples):
+        """(time (N,), position, velocity, effort (N, n)) of recorded JointStates."""
+        return tuple(np.array([s[k] for s in samples]) for k in range(4))
+
+
+class Harness:
+    """One executor for every node of a test; waits are bounded in wall time."""
+
+    def __init__(self, context):
+        self.context = context
+        self.executor = SingleThreadedExecutor(context=context)
+        self.nodes = []
+
+    def add(self, node):
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def spin_until(self, condition, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            self.executor.spin_once(timeout_sec=0.01)
+        return True
+
+    @staticmethod
+    def wait_matched(endpoint, count: int = 1, timeout: float = 5.0):
+        """Block until DDS discovery matched ``count`` peers (samples sent before are lost)."""
+        deadline = time.monotonic() + timeout
+        counter = getattr(endpoint, "get_subscription_count", None) or endpoint.get_publisher_count
+        while counter() < count:
+            assert time.monotonic() < deadline, f"{endpoint.topic_name}: {counter()} of {count} peers matched"
+            time.sleep(0.01)
+
+    def call(self, node, service: str, timeout: float = 5.0):
+        client = node.create_client(Trigger, service)
+        assert client.wait_for_service(timeout_sec=timeout), f"{service} not available"
+        future = client.call_async(Trigger.Request())
+        assert self.spin_until(future.done, timeout), f"{service} did not answer"
+        node.destroy_client(client)
+        return future.result()
+
+    def close(self):
+        self.executor.shutdown(timeout_sec=1.0)
+        for node in self.nodes:
+            node.destroy_node()
+
+
+@pytest.fixture
+def harness(context):
+    h = Harness(context)
+    yield h
+    h.close()
+
+
+def _sim(harness, **params):
+    params = {"model": OPENARM, "realtime": False, **params}
+    return harness.add(MujocoSim(context=harness.context,
+                                 parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]))
+
+
+def _publisher(harness, **params):
+    params = {"model": OPENARM, "use_sim_time": True, **params}
+    return harness.add(TrajectoryPublisher(context=harness.context,
+                                           parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]))
+
+
+def test_fast_sim_publishes_clock_and_every_state(harness):
+    # a lean listener: every entity in the executor costs time in each of its wait rounds
+    listener = harness.add(Node(f"listener_{next(_names)}", context=harness.context,
+                                start_parameter_services=False))
+    states, clock, ticks = [], [], []
+    listener.create_subscription(JointState, "joint_states", lambda m: states.append(_seconds(m.header.stamp)),
+                                 BIG_QUEUE)
+    listener.create_subscription(Clock, "/clock", lambda m: clock.append(_seconds(m.clock)), BIG_QUEUE)
+    listener.create_timer(0.02, lambda: ticks.append(time.monotonic()))  # a wall timer sharing the executor
+    sim = _sim(harness)
+    harness.wait_matched(sim._state_pub)
+    harness.wait_matched(sim._clock_pub)
+
+    start = time.monotonic()
+    harness.spin_until(lambda: False, timeout=2.0)
+    ratio = sim.sim_time / (time.monotonic() - start)
+    harness.executor.remove_node(sim)  # stop stepping, then let the listener drain its queues
+    assert harness.spin_until(lambda: len(states) >= sim.published and len(clock) >= sim.published, 5.0)
+
+    print(f"\nsim time / wall time = {ratio:.2f} ({sim.published} samples at 1 kHz)")
+    assert ratio > 1.2  # about 1.8 on a 2-core machine; a real-time simulation stays at 1
+    assert len(states) == sim.published == len(clock)
+    np.testing.assert_allclose(np.diff(states), 1e-3, atol=1e-9)  # every sample, in order
+    np.testing.assert_allclose(clock, states, atol=1e-9)
+    # the zero-period timer leaves the executor to everyone else: the 50 Hz timer kept its rate
+    assert len(ticks) >= 0.8 * 2.0 / 0.02
+
+
+def test_realtime_sim_follows_the_wall_clock(harness):
+    sim = _sim(harness, realtime=True)
+    start = time.monotonic()
+    harness.spin_until(lambda: False, timeout=0.6)
+    ratio = sim.sim_time / (time.monotonic() - start)
+    assert 0.8 < ratio < 1.05
+
+
+def test_excitation_is_played_and_tracked(harness, openarm):
+    duration, rate = 3.0, 500.0
+    # start the arm where the excitation starts: the approach is then its 1 s minimum
+    q_start = multisine(openarm.joint_range, duration, rate, seed=0, max_velocity=1.0).q[0]
+    rec = harness.add(Recorder(harness.context))
+    sim = _sim(harness, initial_positions=q_start.tolist())
+    pub = _publisher(harness, duration=duration, rate_hz=rate, seed=0)
+    harness.wait_matched(sim._state_pub, 2)
+    harness.wait_matched(pub._command_pub, 2)
+    harness.wait_matched(sim._clock_pub, 2)
+
+    assert harness.spin_until(lambda: rec.done[-1:] == [True], timeout=20.0), \
+        f"not done: sim time {sim.sim_time:.2f} s, progress {rec.progress[-1:]}"
+    harness.executor.remove_node(sim)
+    harness.spin_until(lambda: len(rec.states) >= sim.published, 5.0)
+
+    assert rec.done == [False, True]
+    assert rec.progress[-1] == 1.0 and np.all(np.diff(rec.progress) > 0)
+    assert pub.profile.time[-1] == pytest.approx(duration + 2.0, abs=0.01)  # 1 s approach, two 0.5 s ramps
+    assert len(rec.states) == sim.published
+
+    t_cmd, q_cmd, dq_cmd, tau_cmd = Recorder.arrays(rec.commands)
+    t, q, dq, _ = Recorder.arrays(rec.states)
+    # every command is a profile sample with its inverse-dynamics feed-forward
+    index = np.rint((t_cmd - t_cmd[0]) * rate).astype(int)
+    np.testing.assert_allclose(q_cmd, pub.profile.q[index], atol=1e-12)
+    np.testing.assert_allclose(tau_cmd, pub.feedforward[index], atol=1e-9)
+    # the simulated arm followed the commands it was sent
+    during = (t >= t_cmd[0]) & (t <= t_cmd[-1])
+    q_ref = np.column_stack([np.interp(t[during], t_cmd, q_cmd[:, j]) for j in range(q.shape[1])])
+    error = np.abs(q[during] - q_ref).max()
+    print(f"\nmax tracking error {error:.4f} rad over {during.sum()} samples")
+    assert error < 0.02
+    assert np.abs(dq[-50:]).max() < 0.05  # at rest at the end (velocity noise 5e-3)
+
+
+def test_stale_command_falls_back_to_damping(harness, openarm):
+    timeout = 0.1
+    q_init = openarm.joint_range.mean(axis=1)
+    rec = harness.add(Recorder(harness.context))
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    command_pub = probe.create_publisher(JointState, "sysid/joint_command", 10)
+    sim = _sim(harness, initial_positions=q_init.tolist(), q_noise=0.0, dq_noise=0.0, tau_noise=0.0,
+               command_timeout_s=timeout)
+    harness.wait_matched(sim._state_pub)
+    harness.wait_matched(command_pub)
+    assert harness.spin_until(lambda: sim.sim_time >= 0.05, 5.0)
+
+    # a partial command (joints 1 and 2) with an unknown joint, which is ignored
+    target = q_init[:2] + [0.1, -0.1]
+    command_pub.publish(JointState(name=["joint1", "joint2", "gripper"], position=[*target, 0.5]))
+    t_sent = sim.sim_time
+    assert harness.spin_until(lambda: sim.sim_time >= t_sent + 3 * timeout, 5.0)
+    assert sim._timed_out
+    command_pub.publish(JointState(name=["joint1", "joint2"], position=list(target)))
+    t_resent = sim.sim_time
+    assert harness.spin_until(lambda: sim.sim_time >= t_resent + 0.05, 5.0)
+    assert not sim._timed_out
+    harness.executor.remove_node(sim)
+    assert harness.spin_until(lambda: len(rec.states) >= sim.published, 5.0)
+
+    t, q, dq, tau = Recorder.arrays(rec.states)
+    kp, kd = sim.kp, sim.kd
+    # never-commanded joints hold the initial pose with the PD law, no feed-forward, throughout
+    np.testing.assert_allclose(tau[:, 2:], kp[2:] * (q_init[2:] - q[:, 2:]) - kd[2:] * dq[:, 2:], atol=1e-9)
+    tracking = ((t > t_sent + 0.01) & (t < t_sent + timeout - 0.01)) | (t > t_resent + 0.01)
+    damping = (t > t_sent + timeout + 0.01) & (t < t_resent)
+    assert tracking.sum() > 100 and damping.sum() > 150
+    np.testing.assert_allclose(tau[tracking, :2], kp[:2] * (target - q[tracking, :2]) - kd[:2] * dq[tracking, :2],
+                               atol=1e-9)
+    np.testing.assert_allclose(tau[damping, :2], -kd[:2] * dq[damping, :2], atol=1e-9)
+    # a stale target is not pulled toward: the joints moved while tracking, then only damped
+    assert np.abs(dq[damping, :2]).max() > 0.01
+
+
+def test_stop_holds_the_measured_pose(harness, openarm):
+    duration, rate = 2.0, 500.0
+    q_start = multisine(openarm.joint_range, duration, rate, seed=0, max_velocity=1.0).q[0]
+    rec = harness.add(Recorder(harness.context))
+    sim = _sim(harness, initial_positions=q_start.tolist())
+    pub = _publisher(harness, duration=duration, rate_hz=rate)
+    harness.wait_matched(sim._state_pub, 2)
+    harness.wait_matched(pub._command_pub, 2)
+    harness.wait_matched(sim._clock_pub, 2)
+    # the excitation runs from 1.5 s (1 s approach, 0.5 s launch): stop in its middle, moving
+    assert harness.spin_until(lambda: sim.sim_time >= 2.2, 10.0)
+    moving = np.abs(sim._data.qvel).max()
+
+    response = harness.call(rec, "sysid/stop")
+    t_stop = sim.sim_time
+    assert response.success, response.message
+    assert harness.spin_until(lambda: sim.sim_time >= t_stop + 1.0, 10.0)
+
+    assert moving > 0.1
+    assert rec.done == [False, False]
+    t_cmd, q_cmd, dq_cmd, tau_cmd = Recorder.arrays(rec.commands)
+    held = t_cmd >= t_stop
+    assert held.sum() > 400  # streamed at 500 Hz, so the drives never time out
+    hold = q_cmd[-1]
+    np.testing.assert_array_equal(q_cmd[held], np.broadcast_to(hold, (held.sum(), 7)))
+    np.testing.assert_array_equal(dq_cmd[held], 0.0)
+    gravity = openarm.inverse_dynamics(hold, np.zeros(7), np.zeros(7))[0]
+    np.testing.assert_allclose(tau_cmd[held], np.broadcast_to(gravity, (held.sum(), 7)), atol=1e-9)
+    t, q, dq, _ = Recorder.arrays(rec.states)
+    settled = t > t_stop + 0.5
+    assert np.abs(q[settled] - hold).max() < 0.01
+    assert np.abs(dq[settled]).max() < 0.05
+
+
+def test_send_trajectory_publishes_the_profile_once(harness, openarm):
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    pub = _publisher(harness, duration=1.0, send_trajectory=True, autostart=False)
+    clock_pub = probe.create_publisher(Clock, "/clock", 10)
+    state_pub = probe.create_publisher(JointState, "joint_states", 10)
+    rec = harness.add(Recorder(harness.context))
+    harness.wait_matched(clock_pub, 2)
+    harness.wait_matched(state_pub, 2)
+    clock_pub.publish(Clock(clock=Time(sec=10)))
+    q_now = openarm.joint_range.mean(axis=1)
+    state_pub.publish(JointState(name=list(openarm.joint_names), position=q_now.tolist()))
+    assert harness.spin_until(lambda: pub._q_measured is not None, 5.0)
+
+    response = harness.call(probe, "sysid/start")
+    assert not response.success and "no subscriber" in response.message
+    trajectories = []
+    probe.create_subscription(JointTrajectory, "joint_trajectory_controller/joint_trajectory",
+                              trajectories.append, 10)
+    harness.wait_matched(pub._trajectory_pub)
+    response = harness.call(probe, "sysid/start")
+    assert response.success, response.message
+    assert harness.spin_until(lambda: trajectories, 5.0)
+
+    msg = trajectories[0]
+    assert list(msg.joint_names) == list(openarm.joint_names)
+    assert len(msg.points) == len(pub.profile.time)
+    np.testing.assert_array_equal(msg.points[0].positions, q_now)
+    np.testing.assert_allclose(msg.points[-1].positions, pub.profile.q[-1])
+    last = msg.points[-1].time_from_start
+    assert last.sec + last.nanosec * 1e-9 == pytest.approx(pub.profile.time[-1])
+    assert all(len(p.effort) == 0 for p in msg.points[::100])
+    assert not rec.commands  # nothing streamed
+    # progress follows the node clock: jump past the end of the profile
+    end = 10.0 + pub.profile.time[-1] + 0.01
+    clock_pub.publish(Clock(clock=Time(sec=int(end), nanosec=int((end % 1) * 1e9))))
+    assert harness.spin_until(lambda: rec.done[-1:] == [True], 5.0)
+    assert rec.progress[-1] == 1.0
+    # stop: one point at the measured pose, which the controller then holds
+    assert harness.call(probe, "sysid/stop").success
+    assert harness.spin_until(lambda: len(trajectories) == 2, 5.0)
+    (point,) = trajectories[1].points
+    np.testing.assert_array_equal(point.positions, q_now)
+    np.testing.assert_array_equal(point.velocities, 0.0)
+    assert harness.spin_until(lambda: rec.done[-1:] == [False], 5.0)
+
+
+def test_bad_model_path_keeps_the_nodes_alive(harness):
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    pub = _publisher(harness, model="/nonexistent/arm.xml")
+    sim = _sim(harness, model="/nonexistent/arm.xml")
+    assert pub.error and "/nonexistent/arm.xml" in pub.error
+    assert sim.error and "/nonexistent/arm.xml" in sim.error
+    response = harness.call(probe, "sysid/start")
+    assert not response.success and "/nonexistent/arm.xml" in response.message
+    harness.spin_until(lambda: False, 0.2)
+    assert sim.published == 0
+
+
+def test_start_needs_a_matching_pose(harness):
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    pub = _publisher(harness, use_sim_time=False, autostart=False)
+    response = harness.call(probe, "sysid/start")
+    assert not response.success and response.message == "no /joint_states received yet"
+
+    state_pub = probe.create_publisher(JointState, "joint_states", 10)
+    harness.wait_matched(state_pub)
+    state_pub.publish(JointState(name=["shoulder", "elbow"], position=[0.0, 0.0]))
+    assert harness.spin_until(lambda: pub._pose_error is not None, 5.0)
+    response = harness.call(probe, "sysid/start")
+    assert not response.success and "lacks joints" in response.message and "joint1" in response.message
+    response = harness.call(probe, "sysid/stop")
+    assert not response.success
+
+
+def test_divergence_stops_the_simulation_not_the_node(harness):
+    # gains far beyond what a 1 ms explicit step can take: the PD loop explodes within steps
+    sim = _sim(harness, kp=[1e9] * 7, kd=[1e7] * 7, initial_positions=[0.5, 1.0, 0.3, 1.0, 0.2, 0.3, 0.2])
+    assert harness.spin_until(lambda: sim.error is not None, 5.0)
+    assert "diverged" in sim.error
+    published = sim.published
+    harness.spin_until(lambda: False, 0.2)
+    assert sim.published == published
+    # still a node: parameters can be read over ROS
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    client = probe.create_client(GetParameters, f"/{sim.get_name()}/get_parameters")
+    assert client.wait_for_service(timeout_sec=5.0)
+    future = client.call_async(GetParameters.Request(names=["rate_hz"]))
+    assert harness.spin_until(future.done, 5.0)
+    assert future.result().values[0].double_value == 1000.0
