@@ -22,6 +22,7 @@ import rclpy
 import yaml
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.experimental import EventsExecutor
+from rclpy.logging import LoggingSeverity
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -118,6 +119,8 @@ def simulate_and_identify(args) -> Outcome:
             "model": str(args.model), "output_dir": str(args.output_dir), "use_sim_time": sim_time})),
     ]
     sim, _, identifier = nodes
+    # the table is printed below; the node's own copy of it in the log would repeat it
+    identifier.get_logger().set_level(LoggingSeverity.WARN)
     client = Node("sysid_sim_identify")
     state = {"done": False, "progress": -1}
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

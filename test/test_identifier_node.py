@@ -21,7 +21,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import String
+from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 
 from conftest import ROBOTS
@@ -475,3 +475,34 @@ def test_current_and_gravity_compensated_efforts_give_the_torque_result(data, ex
                                    rtol=1e-6, atol=1e-10)
         np.testing.assert_allclose([j["viscous_friction"] for j in doc["joints"]],
                                    [j["viscous_friction"] for j in reference["joints"]], rtol=1e-6, atol=1e-9)
+
+
+# --------------------------------------------------------------------------- identify_on_done
+
+
+def test_identify_on_done_runs_once_per_finished_excitation(data, executor, nodes, tmp_path):
+    """What auto_identify of sim_identify.launch.py relies on: the latched done flag."""
+    _, _, recording = data
+    node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True)
+    messages = Messages(recording)
+    feed(node, [messages.message(i) for i in range(recording.n_samples)])
+    flagger = nodes(rclpy.create_node, unique("done_flag"))
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    done = flagger.create_publisher(Bool, "/sysid/done", latched)
+    results = []
+    listener = nodes(rclpy.create_node, unique("result_listener"))
+    listener.create_subscription(String, "/sysid/result", lambda msg: results.append(msg.data), latched)
+
+    done.publish(Bool(data=False))
+    spin_until(executor, lambda: False, timeout=0.3)
+    assert not results  # not done yet: nothing identified
+    done.publish(Bool(data=True))
+    assert spin_until(executor, lambda: len(results) == 1), "no identification after done"
+    assert (tmp_path / "params.json").is_file()
+    done.publish(Bool(data=True))  # still done: no second run
+    spin_until(executor, lambda: False, timeout=0.5)
+    assert len(results) == 1
+    done.publish(Bool(data=False))  # a new excitation starts (depth 1: let it arrive first)
+    spin_until(executor, lambda: False, timeout=0.3)
+    done.publish(Bool(data=True))  # and finishes
+    assert spin_until(executor, lambda: len(results) == 2), "no identification after the second run"
