@@ -24,7 +24,7 @@ import numpy as np
 from . import friction
 from .base_parameters import BaseParameters, base_parameters
 from .consistency import consistent_parameters
-from .errors import DataError, IdentificationError
+from .errors import DataError
 from .estimation import Estimate, estimate
 from .filtering import FilterConfig, prepare
 from .inertia import PARAMETER_NAMES

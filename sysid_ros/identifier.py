@@ -24,11 +24,9 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import ParameterUninitializedException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -45,6 +43,7 @@ from sysid_core.identification import SCOPES, IdentificationConfig, identify
 from sysid_core.model import Robot, load_robot
 from sysid_core.recording import Recording
 from sysid_core.report import format_result
+from sysid_ros.entry_point import spin_node
 
 EFFORT_MODES = ("torque", "current", "gravity_compensated")
 DEFAULT_CAPACITY = 600_000  # 10 min at 1 kHz
@@ -516,19 +515,8 @@ class Identifier(Node):
 
 
 def main(args=None):
-    rclpy.init(args=args)
-    node = Identifier()
     # two threads: the recording goes on while an identification runs
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    spin_node(Identifier, args, threads=2)
 
 
 if __name__ == "__main__":

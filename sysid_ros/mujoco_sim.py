@@ -31,10 +31,8 @@ import time
 from builtin_interfaces.msg import Time
 import mujoco
 import numpy as np
-import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
@@ -45,6 +43,7 @@ from sysid_core.errors import DataError, SysidError
 from sysid_core.model import load_robot
 from sysid_core.simulation import (default_gains, measure, mit_torque, mujoco_warnings, step,
                                    substeps_per_period)
+from sysid_ros.entry_point import spin_node
 
 # A late wall timer catches up at most this many control periods in one call; further behind,
 # the simulation gives up on the lost time (it runs slower than real time) instead of bursting.
@@ -267,20 +266,7 @@ class MujocoSim(Node):
 
 
 def main(args=None):
-    rclpy.init(args=args)
-    node = MujocoSim()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        # a SIGTERM can shut the context down while the executor builds its wait set (rclpy then
-        # raises RCLError instead of ExternalShutdownException); anything else is a real error
-        if rclpy.ok():
-            raise
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    spin_node(MujocoSim, args)
 
 
 if __name__ == '__main__':

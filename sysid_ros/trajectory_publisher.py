@@ -19,8 +19,6 @@ arm is back at rest.
 """
 from builtin_interfaces.msg import Duration
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from sensor_msgs.msg import JointState
@@ -31,6 +29,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from sysid_core.errors import SysidError
 from sysid_core.excitation import excitation_with_approach_and_rest, multisine
 from sysid_core.model import load_robot
+from sysid_ros.entry_point import spin_node
 
 EXCITATIONS = ('multisine',)
 # send_trajectory: time the controller gets to stop at the measured pose on sysid/stop (s)
@@ -255,20 +254,7 @@ def _duration(seconds: float) -> Duration:
 
 
 def main(args=None):
-    rclpy.init(args=args)
-    node = TrajectoryPublisher()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        # a SIGTERM can shut the context down while the executor builds its wait set (rclpy then
-        # raises RCLError instead of ExternalShutdownException); anything else is a real error
-        if rclpy.ok():
-            raise
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    spin_node(TrajectoryPublisher, args)
 
 
 if __name__ == '__main__':

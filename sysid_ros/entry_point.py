@@ -1,0 +1,26 @@
+"""The ``main()`` of every node executable: init, spin, and a clean exit on Ctrl-C or SIGTERM."""
+from __future__ import annotations
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+
+
+def spin_node(node_class, args=None, threads: int = 1) -> None:
+    """Run one node until shutdown; ``threads`` > 1 lets its callback groups run in parallel."""
+    rclpy.init(args=args)
+    node = node_class()
+    executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        # a SIGTERM can shut the context down while the executor builds its wait set (rclpy then
+        # raises RCLError instead of ExternalShutdownException); anything else is a real error
+        if rclpy.ok():
+            raise
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
