@@ -97,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
         if args.source == "ideal":
             return ideal_recording(plant.model, trajectory, plant.joint_names)
         kp, kd = default_gains(plant.model)
-        noise = MeasurementNoise(q_std=1e-4 * args.noise_scale, dq_std=5e-3 * args.noise_scale,
-                                 tau_std=0.02 * args.noise_scale)
+        default = MeasurementNoise()
+        noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
+                                 tau_std=default.tau_std * args.noise_scale)
         feedforward = robot.inverse_dynamics(trajectory.q, trajectory.dq, trajectory.ddq)
         return simulate_tracking(plant.model, trajectory, feedforward, kp, kd, noise, seed=args.seed,
                                  joint_names=plant.joint_names, progress=_progress(label))

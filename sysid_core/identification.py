@@ -17,7 +17,7 @@ closest to the nominal model, and measure the fit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -255,5 +255,4 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         return result
     check = prepare(validation.select(robot.joint_names), config.filter)
     val_joint, val = _rmse(check.tau - predict_torque(robot, result, check.q, check.dq, check.ddq))
-    metrics = Metrics(rmse_joint, rmse, cond, cond_scaled, base.rank, samples.n_samples, val_joint, val)
-    return IdentificationResult(**{**result.__dict__, "metrics": metrics})
+    return replace(result, metrics=replace(metrics, validation_rmse_per_joint=val_joint, validation_rmse=val))

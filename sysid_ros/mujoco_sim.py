@@ -41,14 +41,16 @@ from sensor_msgs.msg import JointState
 
 from sysid_core.errors import DataError, SysidError
 from sysid_core.model import load_robot
-from sysid_core.simulation import (default_gains, measure, mit_torque, mujoco_warnings, step,
-                                   substeps_per_period)
+from sysid_core.simulation import (MeasurementNoise, default_gains, measure, mit_torque, mujoco_warnings,
+                                   step, substeps_per_period)
 from sysid_ros.entry_point import spin_node
 
 # A late wall timer catches up at most this many control periods in one call; further behind,
 # the simulation gives up on the lost time (it runs slower than real time) instead of bursting.
 MAX_CATCH_UP = 20
 WARN_PERIOD_S = 5.0
+
+DEFAULT_NOISE = MeasurementNoise()  # the project's default measurement noise
 
 
 def _stamp(nanoseconds: int) -> Time:
@@ -68,9 +70,9 @@ class MujocoSim(Node):
         self.declare_parameter('steps_per_callback', 1)
         self.declare_parameter('kp', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('kd', Parameter.Type.DOUBLE_ARRAY)
-        self.declare_parameter('q_noise', 1e-4)
-        self.declare_parameter('dq_noise', 5e-3)
-        self.declare_parameter('tau_noise', 0.02)
+        self.declare_parameter('q_noise', DEFAULT_NOISE.q_std)
+        self.declare_parameter('dq_noise', DEFAULT_NOISE.dq_std)
+        self.declare_parameter('tau_noise', DEFAULT_NOISE.tau_std)
         self.declare_parameter('q_resolution', 0.0)
         self.declare_parameter('dq_resolution', 0.0)
         self.declare_parameter('tau_resolution', 0.0)
