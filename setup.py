@@ -62,6 +62,7 @@ setup(
             "mujoco_sim = sysid_ros.mujoco_sim:main",
             "identifier = sysid_ros.identifier:main",
             "sysid-sim-identify = sysid_ros.sim_identify:main",
+            "damiao_bridge = sysid_ros.damiao_bridge:main",
         ],
     },
     zip_safe=True,

@@ -578,3 +578,54 @@ def decode_register_reply(data: Bytes) -> tuple[int, int, int, Union[int, float]
     else:
         value = struct.unpack("<f", d[4:8])[0]
     return can_id, op, rid, value
+
+
+# --- the motor's side of the management channel (used by the virtual motor) -----------
+
+class ManagementRequest(NamedTuple):
+    """A decoded 0x7FF frame [ID_L, ID_H, op, RID, d0..d3] as a motor sees it.
+
+    ``can_id`` names the motor addressed (its ESC_ID); ``op`` is OP_REFRESH, OP_READ, OP_WRITE
+    or OP_SAVE; ``rid`` is byte 3 (the register for read/write, 0x01 for save, 0 for refresh);
+    ``data`` the raw 4 bytes d0..d3 (decode a written value with ``register_value``).
+    """
+
+    can_id: int
+    op: int
+    rid: int
+    data: bytes
+
+
+MANAGEMENT_OPS: frozenset[int] = frozenset((OP_REFRESH, OP_READ, OP_WRITE, OP_SAVE))
+
+
+def decode_management_frame(data: Bytes) -> ManagementRequest:
+    """Split an 8-byte 0x7FF payload into (can_id, op, rid, d0..d3).
+
+    Raises ValueError for a wrong length or an op byte outside MANAGEMENT_OPS.
+    """
+    d = _payload(data, "management frame")
+    if d[2] not in MANAGEMENT_OPS:
+        raise ValueError(f"unknown management op byte 0x{d[2]:02X}; known: "
+                         f"{', '.join(f'0x{op:02X}' for op in sorted(MANAGEMENT_OPS))}")
+    return ManagementRequest(d[0] | (d[1] << 8), d[2], d[3], d[4:8])
+
+
+def register_value(rid: int, data: Bytes) -> Union[int, float]:
+    """Value of register ``rid`` from its 4 little-endian data bytes: int (uint32) or float (float32)."""
+    raw = bytes(data)
+    if len(raw) != 4:
+        raise ValueError(f"a register value is 4 bytes, got {len(raw)}")
+    return struct.unpack("<I" if register_is_uint32(rid) else "<f", raw)[0]
+
+
+def encode_register_reply(can_id: int, op: int, rid: int, value) -> bytes:
+    """8-byte register reply [ID_L, ID_H, op, RID, d0..d3] (the motor's side; send it on MST_ID).
+
+    Inverse of decode_register_reply. ``op`` is OP_READ or OP_WRITE; ``value`` is packed as
+    uint32 or float32 by the RID rule (ValueError if it does not fit, or is NaN/infinite).
+    """
+    if op not in (OP_READ, OP_WRITE):
+        raise ValueError(f"a register reply carries op 0x33 (read) or 0x55 (write), got {op!r}")
+    rid = _check_rid(rid)
+    return _id_bytes(can_id) + bytes((op, rid)) + _encode_register_value(rid, value)

@@ -19,6 +19,10 @@ from .recording import Recording
 MIN_SAMPLES = 50
 # Largest spread of the sample spacing around its median, as a fraction of it, still treated as uniform.
 UNIFORM_TOLERANCE = 0.01
+# Longest interval, in median sample periods, that resampling bridges by interpolation. Timer
+# jitter of a driver stays well below it; a longer hole is lost data (a dropped connection,
+# a stalled process), which interpolation would only paper over.
+MAX_GAP_PERIODS = 5.0
 
 
 @dataclass(frozen=True)
@@ -30,12 +34,15 @@ class FilterConfig:
     order: Butterworth order (applied forward and backward, so twice the roll-off).
     decimation: keep every ``decimation``-th sample after filtering.
     trim_s: seconds dropped at both ends, where the filter's edge transients live.
+    resample: interpolate a jittered recording (hardware drivers stamp samples when they
+    arrive) onto a uniform grid instead of rejecting it; see ``resample_uniform``.
     """
 
     cutoff_hz: float = 10.0
     order: int = 4
     decimation: int = 1
     trim_s: float = 0.2
+    resample: bool = True
 
     def __post_init__(self):
         if not np.isfinite(self.cutoff_hz) or self.cutoff_hz <= 0:
@@ -92,20 +99,78 @@ def derivative(x, sample_rate: float) -> np.ndarray:
     return np.gradient(x, 1.0 / sample_rate, axis=0, edge_order=2)
 
 
-def uniform_sample_rate(time) -> float:
-    """Sample rate (Hz) of a uniformly sampled time vector (N,) s; DataError when it is not uniform."""
-    time = np.asarray(time, dtype=float)
+def _spacing_error(time: np.ndarray):
+    """(median period s, None) when ``time`` (N,) is uniform within UNIFORM_TOLERANCE, else (period, reason)."""
     if time.shape[0] < 2:
         raise DataError(f"need at least 2 samples to find a sample rate, got {time.shape[0]}")
     dt = np.diff(time)
     period = float(np.median(dt))
-    worst = float(np.max(np.abs(dt - period)))
-    if worst >= UNIFORM_TOLERANCE * period:
-        where = int(np.argmax(np.abs(dt - period)))
-        raise DataError(f"sample spacing is not uniform: interval {dt[where]:.6g} s at t={time[where]:.6g} s "
-                        f"vs median {period:.6g} s (tolerance {UNIFORM_TOLERANCE:.0%}); "
-                        "resample the recording to a uniform time grid first")
+    worst = int(np.argmax(np.abs(dt - period)))
+    if abs(dt[worst] - period) < UNIFORM_TOLERANCE * period:
+        return period, None
+    return period, (f"sample spacing is not uniform: interval {dt[worst]:.6g} s at t={time[worst]:.6g} s "
+                    f"vs median {period:.6g} s (tolerance {UNIFORM_TOLERANCE:.0%})")
+
+
+def uniform_sample_rate(time) -> float:
+    """Sample rate (Hz) of a uniformly sampled time vector (N,) s; DataError when it is not uniform."""
+    period, reason = _spacing_error(np.asarray(time, dtype=float))
+    if reason is not None:
+        raise DataError(f"{reason}; resample the recording to a uniform time grid first")
     return 1.0 / period
+
+
+def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERIODS) -> Recording:
+    """``recording`` linearly interpolated onto a uniform grid at its median sample spacing.
+
+    For jittered time stamps (a driver's timer, USB-CAN latency): every signal, (N, n) in its
+    own unit, is interpolated at t0 + k * median(dt) for every k inside the recorded span; M ~ N.
+    Linear interpolation errs by at most dt^2/8 |x''|, far below the sensor noise at a few
+    hundred Hz. An interval longer than ``max_gap_periods`` median periods raises DataError:
+    samples were lost there, and interpolating across them would invent data.
+    """
+    time = np.asarray(recording.time, dtype=float)
+    period, _ = _spacing_error(time)
+    dt = np.diff(time)
+    worst = int(np.argmax(dt))
+    if dt[worst] > max_gap_periods * period:
+        raise DataError(f"samples are missing: a gap of {dt[worst]:.6g} s ({dt[worst] / period:.1f} sample "
+                        f"periods of {period:.6g} s) at t={time[worst]:.6g} s; resampling bridges at most "
+                        f"{max_gap_periods:g} periods, not lost data: record again")
+    grid = time[0] + period * np.arange(int(np.floor((time[-1] - time[0]) / period + 1e-9)) + 1)
+
+    def interpolate(signals):
+        if signals is None:
+            return None
+        return np.stack([np.interp(grid, time, column) for column in np.asarray(signals, dtype=float).T], axis=1)
+    return Recording(grid, interpolate(recording.q), interpolate(recording.dq), interpolate(recording.tau),
+                     recording.joint_names, interpolate(recording.ddq))
+
+
+def _part(recording: Recording, rows: slice) -> Recording:
+    pick = (lambda a: None if a is None else np.asarray(a)[rows])
+    return Recording(pick(recording.time), pick(recording.q), pick(recording.dq), pick(recording.tau),
+                     recording.joint_names, pick(recording.ddq))
+
+
+def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
+    """One uniformly sampled stretch through the filters, trimmed and decimated; None when too short."""
+    fs = uniform_sample_rate(recording.time)
+    trim = int(round(config.trim_s * fs))
+    keep = slice(trim, recording.n_samples - trim, config.decimation)
+    if not len(range(recording.n_samples)[keep]):
+        return None
+    q, dq, tau = (np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau))
+    if recording.ddq is None:
+        smooth = (lambda x: lowpass(x, fs, config.cutoff_hz, config.order))
+        try:
+            q, dq, tau = smooth(q), smooth(dq), smooth(tau)
+        except DataError:  # shorter than the filter's edge padding
+            return None
+        ddq = smooth(derivative(dq, fs))
+    else:
+        ddq = np.asarray(recording.ddq, dtype=float)
+    return _part(Recording(np.asarray(recording.time, dtype=float), q, dq, tau, recording.joint_names, ddq), keep)
 
 
 def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Recording:
@@ -116,23 +181,36 @@ def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Reco
     (exact, e.g. ``ideal_recording``) the signals are used as they are. In both cases
     ``trim_s`` is dropped at each end and every ``decimation``-th sample kept, so both
     sources yield the same time stamps. Shapes: (M, n) with M ~ (N - 2 trim_s fs) / decimation.
-    DataError for non-uniform time stamps or when fewer than MIN_SAMPLES samples remain.
+
+    With ``config.resample`` (the default) the recording may come from a driver: it is cut
+    at every interval longer than MAX_GAP_PERIODS median periods (lost samples), each stretch
+    is resampled onto a uniform grid if its stamps jitter (``resample_uniform``) and filtered
+    on its own, and the stretches are joined (each row of the regression stands alone, so
+    nothing ties neighbouring rows together). Stretches too short to filter are dropped.
+    Without it, non-uniform stamps raise DataError. DataError too when fewer than
+    MIN_SAMPLES samples remain.
     """
-    fs = uniform_sample_rate(recording.time)
-    trim = int(round(config.trim_s * fs))
-    keep = slice(trim, recording.n_samples - trim, config.decimation)
-    remaining = len(range(recording.n_samples)[keep])
+    time = np.asarray(recording.time, dtype=float)
+    if not config.resample:
+        uniform_sample_rate(time)
+        stretches = [recording]
+    else:
+        period, _ = _spacing_error(time)
+        breaks = np.flatnonzero(np.diff(time) > MAX_GAP_PERIODS * period) + 1
+        edges = np.concatenate(([0], breaks, [time.size]))
+        stretches = [_part(recording, slice(a, b)) for a, b in zip(edges[:-1], edges[1:]) if b - a >= 2]
+        # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
+        # stretch's own median may be a little shorter, so its gap check must not apply again
+        stretches = [s if _spacing_error(s.time)[1] is None else resample_uniform(s, max_gap_periods=np.inf)
+                     for s in stretches]
+    pieces = [p for p in (_filtered(s, config) for s in stretches) if p is not None]
+    remaining = sum(p.n_samples for p in pieces)
+    where = "" if len(stretches) == 1 else f" in {len(stretches)} stretches between gaps of lost samples"
     if remaining < MIN_SAMPLES:
         raise DataError(f"only {remaining} samples remain after trimming {config.trim_s} s at each end and "
-                        f"decimating by {config.decimation} ({recording.n_samples} recorded at {fs:.6g} Hz); "
+                        f"decimating by {config.decimation} ({recording.n_samples} recorded{where}); "
                         f"at least {MIN_SAMPLES} are needed: record longer")
-    q, dq, tau = (np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau))
-    if recording.ddq is None:
-        smooth = (lambda x: lowpass(x, fs, config.cutoff_hz, config.order))
-        q, dq, tau = smooth(q), smooth(dq), smooth(tau)
-        ddq = smooth(derivative(dq, fs))
-    else:
-        ddq = np.asarray(recording.ddq, dtype=float)
-    pick = (lambda a: np.ascontiguousarray(a[keep]))
-    return Recording(time=pick(np.asarray(recording.time, dtype=float)), q=pick(q), dq=pick(dq),
-                     tau=pick(tau), joint_names=recording.joint_names, ddq=pick(ddq))
+    if len(pieces) == 1:
+        return pieces[0]
+    join = (lambda field: np.ascontiguousarray(np.concatenate([getattr(p, field) for p in pieces])))
+    return Recording(join("time"), join("q"), join("dq"), join("tau"), recording.joint_names, join("ddq"))

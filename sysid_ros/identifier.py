@@ -365,8 +365,9 @@ class Identifier(Node):
         if not self._receive_stamped:
             self._receive_stamped = True
             self.get_logger().warning(
-                "JointState header stamps are zero: using the receive time (node clock) instead. Its jitter "
-                "makes the sampling non-uniform, which identify rejects: stamp the messages at the source")
+                "JointState header stamps are zero: using the receive time (node clock) instead. identify "
+                "resamples its jitter onto a uniform grid, but the delivery delays add timing error: stamp "
+                "the messages at the source")
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_reset(self, request, response):

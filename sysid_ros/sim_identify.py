@@ -6,12 +6,21 @@ mujoco_sim (the truth model, faster than real time unless --realtime) -> traject
 excitation to finish, calls /sysid/identify through a real service client, prints the
 result table and the errors against the truth model. Exit status 0 on success, 1 when the
 run or the identification failed (the reason is printed), 2 for bad arguments.
+
+With ``--damiao`` the arm is a virtual Damiao arm instead of mujoco_sim: the truth model
+behind emulated DM-J motors (sysid_core.damiao_emulator) on python-can's in-process
+``virtual`` bus, driven by the real damiao_bridge node, so every command and measurement
+passes through the MIT-mode frames and their 16/12-bit quantisation. It runs in real time
+(the bridge's control loop is a wall-clock one, as on hardware); the parameter file
+defaults to config/<model>_damiao.yaml, whose damiao_bridge section also lays out the motors.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -29,8 +38,10 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Bool, Float32
 from std_srvs.srv import Trigger
 
+from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_core.errors import SysidError
 from sysid_core.model import load_robot
+from sysid_ros.damiao_bridge import DamiaoBridge
 from sysid_ros.identifier import Identifier
 from sysid_ros.mujoco_sim import MujocoSim
 from sysid_ros.trajectory_publisher import TrajectoryPublisher
@@ -47,13 +58,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="parameter YAML of the nodes (default: config/<model>.yaml)")
     parser.add_argument("--realtime", action="store_true", help="simulate in real time (default: as fast as possible)")
     parser.add_argument("--timeout", type=float, help="wall-clock limit, s (default: 10 x duration + 60)")
+    parser.add_argument("--damiao", action="store_true",
+                        help="drive a virtual Damiao arm through damiao_bridge over a virtual CAN bus (real time)")
     return parser
 
 
-def _sections(path: Path | None, model: Path) -> dict:
+def _sections(path: Path | None, model: Path, suffix: str = "") -> dict:
     """Per-node parameter dicts from a ROS 2 parameter file (``node: {ros__parameters: {...}}``)."""
     if path is None:
-        guess = ROBOTS.parent / f"{model.stem}.yaml"
+        guess = ROBOTS.parent / f"{model.stem}{suffix}.yaml"
         path = guess if guess.is_file() else None
     if path is None:
         return {}
@@ -92,6 +105,7 @@ class Outcome:
 
     error: str | None
     published: int = 0
+    received: int = 0
     recorded: int = 0
     simulated_s: float = 0.0
     wall_s: float = 0.0
@@ -101,24 +115,100 @@ class Outcome:
     truth_com: tuple = ()
 
 
+class _MujocoSource:
+    """mujoco_sim as the arm; ``published`` JointStates, ``simulated_s`` of physics."""
+
+    def __init__(self, args, sections, truth_path, subscribers: int):
+        self.node = MujocoSim(parameter_overrides=_overrides(sections, "mujoco_sim", {
+            "model": str(truth_path), "realtime": args.realtime}))
+
+        self.simulated_s = 0.0
+        self._stopped = False
+
+    published = property(lambda self: self.node.published)
+
+    def stop(self):
+        """Destroy the node; idempotent."""
+        if not self._stopped:
+            self._stopped = True
+            self.simulated_s = self.node.sim_time
+            self.node.destroy_node()
+
+
+class _DamiaoSource:
+    """The virtual Damiao arm (emulated motors, MuJoCo) behind a DamiaoBridge on a virtual bus."""
+
+    def __init__(self, args, sections, truth_path, subscribers: int):
+        layout = sections.get("damiao_bridge")
+        if not layout:
+            raise ValueError("--damiao needs a parameter file with a damiao_bridge section laying out the "
+                             "motors (e.g. config/openarm_class_damiao.yaml)")
+        n = len(layout.get("joint_names", ()))
+        motors = [EmulatedMotor(joint_name=name, motor_type=kind, can_id=can_id, master_id=master,
+                                direction=direction, position_offset=offset)
+                  for name, kind, can_id, master, direction, offset in zip(
+                      layout["joint_names"], layout["motor_types"], layout["can_ids"], layout["master_ids"],
+                      layout.get("directions") or [1] * n, layout.get("position_offsets") or [0.0] * n)]
+        # The emulated motors answer from a thread of this process. Python hands the GIL to a
+        # waiting thread only every switch interval (5 ms by default), longer than the bridge's
+        # 3-cycle (6 ms) feedback deadline: a busy executor would make healthy motors look lost.
+        sys.setswitchinterval(0.0005)
+        # a channel of its own: python-can's virtual buses of one process meet by channel name
+        channel = f"sysid_damiao_{os.getpid()}_{time.monotonic_ns()}"
+        self.arm = VirtualDamiaoArm(truth_path, motors, channel=channel)
+        self.arm.start()
+        try:
+            self.node = DamiaoBridge(parameter_overrides=_overrides(sections, "damiao_bridge", {
+                "can_interface": "virtual", "can_channel": channel}))
+        except BaseException:
+            self.arm.stop()
+            raise
+        # The bridge publishes from its first cycle; what it sends before DDS has matched the
+        # identifier's subscription never arrives. Wait for the match (discovery runs in DDS
+        # threads, not the executor) so that the sample counts can be compared.
+        deadline = time.monotonic() + 5.0
+        while self.node.count_subscribers("joint_states") < subscribers and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+        self._stopped = False
+
+    published = property(lambda self: self.node.published)
+    simulated_s = property(lambda self: self.arm.sim_time)
+
+    def stop(self):
+        """Destroy the bridge (it disables the motors), then stop the emulator; idempotent."""
+        if not self._stopped:
+            self._stopped = True
+            self.node.destroy_node()
+            self.arm.stop()
+            if self.arm.error:
+                print(f"warning: virtual Damiao arm: {self.arm.error}", file=sys.stderr)
+
+
 def simulate_and_identify(args) -> Outcome:
     """Run the graph described by the parsed command line ``args``; see the module docstring."""
     truth_path = args.truth_model or args.model
     truth = load_robot(truth_path)
     load_robot(args.model)  # a bad nominal model is an argument error, before anything starts
-    sections = _sections(args.config, args.model)
-    sim_time = not args.realtime
+    damiao = getattr(args, "damiao", False)
+    sections = _sections(args.config, args.model, "_damiao" if damiao else "")
+    sim_time = not (args.realtime or damiao)
     deadline = time.monotonic() + (args.timeout or 10.0 * args.duration + 60.0)
 
     nodes = [
-        MujocoSim(parameter_overrides=_overrides(sections, "mujoco_sim", {
-            "model": str(truth_path), "realtime": args.realtime})),
         TrajectoryPublisher(parameter_overrides=_overrides(sections, "trajectory_publisher", {
             "model": str(args.model), "duration": args.duration, "use_sim_time": sim_time})),
         Identifier(parameter_overrides=_overrides(sections, "identifier", {
             "model": str(args.model), "output_dir": str(args.output_dir), "use_sim_time": sim_time})),
     ]
-    sim, _, identifier = nodes
+    identifier = nodes[1]
+    # the arm last: the bridge enables the motors, and their feedback loop should start spinning at once
+    try:
+        source = (_DamiaoSource if damiao else _MujocoSource)(args, sections, truth_path, subscribers=len(nodes))
+    except BaseException:
+        for node in nodes:
+            node.destroy_node()
+        raise
     # the table is printed below; the node's own copy of it in the log would repeat it
     identifier.get_logger().set_level(LoggingSeverity.WARN)
     client = Node("sysid_sim_identify")
@@ -133,21 +223,26 @@ def simulate_and_identify(args) -> Outcome:
             print(f"  excitation: {msg.data:4.0%}", flush=True)
     client.create_subscription(Float32, "/sysid/progress", on_progress, 10)
 
+    # the objects built so far live until the end: a full collection scanning them stalls every
+    # node (and the emulated motors) for tens of milliseconds
+    gc.freeze()
     executor = _executor()
-    for node in nodes + [client]:
+    for node in [source.node] + nodes + [client]:
         executor.add_node(node)
     try:
-        print(f"Simulating {truth_path} {'in real time' if args.realtime else 'as fast as possible'}; "
+        print(f"Simulating {truth_path} {'in real time' if not sim_time else 'as fast as possible'}"
+              f"{' behind emulated Damiao motors on a virtual CAN bus' if damiao else ''}; "
               f"identifying with {args.model}", flush=True)
         started = time.monotonic()
         if not _spin_until(executor, lambda: state["done"], deadline):
             return Outcome(f"the excitation did not finish in time (progress {max(state['progress'], 0) * 10} %)")
         wall = time.monotonic() - started
-        # stop the simulator, then let every sample in flight arrive: none may be lost
-        executor.remove_node(sim)
-        _spin_until(executor, lambda: identifier.received >= sim.published, time.monotonic() + 5.0)
-        counts = dict(published=sim.published, recorded=identifier.stored,
-                      simulated_s=sim.published / sim.get_parameter("rate_hz").value, wall_s=wall)
+        # stop the arm, then let every sample in flight arrive: none may be lost
+        executor.remove_node(source.node)
+        source.stop()
+        _spin_until(executor, lambda: identifier.received >= source.published, time.monotonic() + 5.0)
+        counts = dict(published=source.published, received=identifier.received, recorded=identifier.stored,
+                      simulated_s=source.simulated_s, wall_s=wall)
 
         trigger = client.create_client(Trigger, "/sysid/identify")
         if not trigger.wait_for_service(timeout_sec=10.0):
@@ -166,13 +261,15 @@ def simulate_and_identify(args) -> Outcome:
         executor.shutdown()
         for node in nodes + [client]:
             node.destroy_node()
+        source.stop()
 
 
 def _print(outcome: Outcome, args) -> None:
     if outcome.published:
         print(f"Excitation done: {outcome.simulated_s:.1f} s simulated in {outcome.wall_s:.1f} s wall "
               f"(wall/simulated {outcome.wall_s / max(outcome.simulated_s, 1e-9):.2f}); "
-              f"{outcome.published} samples published, {outcome.recorded} recorded")
+              f"{outcome.published} samples published, {outcome.recorded} recorded"
+              + (f" ({outcome.received - outcome.recorded} rejected)" if outcome.received > outcome.recorded else ""))
     if outcome.error is not None:
         print(f"error: {outcome.error}", file=sys.stderr)
         return

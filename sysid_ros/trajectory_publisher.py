@@ -48,6 +48,7 @@ class TrajectoryPublisher(Node):
         self.declare_parameter('duration', 20.0)
         self.declare_parameter('seed', 0)
         self.declare_parameter('max_velocity', 1.0)
+        self.declare_parameter('amplitude_fraction', 0.8)
         self.declare_parameter('rate_hz', 500.0)
         self.declare_parameter('excitation', 'multisine')
         self.declare_parameter('autostart', True)
@@ -98,8 +99,11 @@ class TrajectoryPublisher(Node):
         if not (self._rate > 0 and self._max_velocity > 0):
             raise ValueError(f'rate_hz and max_velocity must be > 0, got {self._rate} and {self._max_velocity}')
         self.robot = load_robot(path)
+        # amplitude_fraction: share of each joint's half-range the excitation sweeps (reduce it for
+        # a first run on hardware); multisine rejects values outside (0, 1]
         self.plan = multisine(self.robot.joint_range, float(self.get_parameter('duration').value), self._rate,
-                              seed=self.get_parameter('seed').value, max_velocity=self._max_velocity)
+                              seed=self.get_parameter('seed').value, max_velocity=self._max_velocity,
+                              amplitude_fraction=float(self.get_parameter('amplitude_fraction').value))
         # the first inverse-dynamics call pays a one-off setup; do it here, not when starting
         self.robot.inverse_dynamics(self.plan.q[:2], self.plan.dq[:2], self.plan.ddq[:2])
         self.get_logger().info(

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from scipy import signal
 
 from sysid_core.errors import DataError
-from sysid_core.filtering import FilterConfig, derivative, lowpass, prepare
+from sysid_core.filtering import MAX_GAP_PERIODS, FilterConfig, derivative, lowpass, prepare, resample_uniform
 from sysid_core.recording import Recording
 
 RATE = 1000.0
@@ -105,20 +105,82 @@ def test_lowpass_filters_every_column_alike():
 
 @settings(max_examples=20, deadline=None)
 @given(jitter=st.floats(0.02, 0.4), where=st.integers(1, 998))
-def test_non_uniform_time_stamps_raise(jitter, where):
+def test_non_uniform_time_stamps_raise_without_resampling(jitter, where):
     time = np.arange(1000) / RATE
     time[where:] += jitter / RATE     # one interval stretched by 2-40 %
     rec, _ = _noisy_recording(time=time)
     with pytest.raises(DataError, match="resample"):
-        prepare(rec)
+        prepare(rec, FilterConfig(resample=False))
 
 
-def test_small_timing_jitter_is_accepted():
-    time = np.arange(1000) / RATE
-    time[1::2] += 0.002 / RATE
+def _jittered_time(duration, jitter_periods, seed):
+    """Stamps of a driver whose timer fires late by up to ``jitter_periods`` of a period."""
+    gen = np.random.default_rng(seed)
+    nominal = np.arange(int(duration * RATE) + 1) / RATE
+    return nominal + gen.uniform(0, jitter_periods / RATE, nominal.size)
+
+
+def test_resampling_interpolates_jittered_stamps_onto_the_true_signal():
+    time = _jittered_time(4.0, 0.6, seed=3)
+    q, dq, ddq = _sines(time)
+    rec = Recording(time, q, dq, 2.0 * ddq, ("j1",))
+    out = resample_uniform(rec)
+    spacing = np.diff(out.time)
+    np.testing.assert_allclose(spacing, np.median(np.diff(time)), rtol=1e-9)
+    assert out.time[0] == time[0] and out.time[-1] <= time[-1]
+    # oracle: the analytic signal at the grid; linear interpolation errs by at most h^2/8 times
+    # the peak second derivative, h the longest source interval (of q, dq and tau = 2 ddq)
+    h = np.diff(time).max()
+    truth_q, truth_dq, truth_ddq = _sines(out.time)
+    omega = 2 * np.pi * FREQS
+    for got, truth, peak_curvature in ((out.q, truth_q, (AMPS * omega ** 2).sum()),
+                                       (out.dq, truth_dq, (AMPS * omega ** 3).sum()),
+                                       (out.tau, 2.0 * truth_ddq, 2.0 * (AMPS * omega ** 4).sum())):
+        assert np.abs(got - truth).max() <= h ** 2 / 8 * peak_curvature
+
+
+def test_prepare_resamples_jittered_recordings_and_recovers_accelerations():
+    time = _jittered_time(4.0, 0.6, seed=4)
     rec, _ = _noisy_recording(time=time)
-    trim = round(FilterConfig().trim_s * RATE)
-    assert prepare(rec).n_samples == 1000 - 2 * trim
+    with pytest.raises(DataError, match="not uniform"):
+        prepare(rec, FilterConfig(resample=False))
+    out = prepare(rec)
+    _, _, ddq = _sines(out.time)
+    # the same bound as for uniformly sampled data (test above): jitter costs nothing visible
+    assert np.abs(out.ddq - ddq).max() < 0.02 * np.abs(ddq).max()
+
+
+def test_gaps_split_the_recording_into_stretches_filtered_alone():
+    time = np.delete(np.arange(4001) / RATE, np.arange(1800, 1850))   # 50 samples lost
+    rec, _ = _noisy_recording(time=time)
+    with pytest.raises(DataError, match="samples are missing: a gap of 0.051 s"):
+        resample_uniform(rec)
+    out = prepare(rec)
+    first, second = (prepare(Recording(rec.time[rows], rec.q[rows], rec.dq[rows], rec.tau[rows], rec.joint_names))
+                     for rows in (slice(0, 1800), slice(1800, None)))
+    np.testing.assert_array_equal(out.time, np.concatenate((first.time, second.time)))
+    np.testing.assert_array_equal(out.ddq, np.concatenate((first.ddq, second.ddq)))
+    # oracle: nothing filtered across the gap, so the accelerations stay right on both sides of it
+    _, _, ddq = _sines(out.time)
+    assert np.abs(out.ddq - ddq).max() < 0.02 * np.abs(ddq).max()
+
+
+def test_stretches_too_short_to_filter_are_dropped():
+    time = np.delete(np.arange(3001) / RATE, np.arange(100, 110))     # 100 samples, then a gap
+    rec, _ = _noisy_recording(time=time)
+    tail = slice(100, None)
+    expected = prepare(Recording(rec.time[tail], rec.q[tail], rec.dq[tail], rec.tau[tail], rec.joint_names))
+    np.testing.assert_array_equal(prepare(rec).time, expected.time)
+    short = Recording(rec.time[:200], rec.q[:200], rec.dq[:200], rec.tau[:200], rec.joint_names)
+    with pytest.raises(DataError, match="only 0 samples remain .* in 2 stretches between gaps"):
+        prepare(short)
+
+
+def test_a_few_lost_samples_are_bridged():
+    time = np.delete(np.arange(2001) / RATE, [700, 701])
+    rec, _ = _noisy_recording(time=time)
+    assert 3 < MAX_GAP_PERIODS
+    assert prepare(rec).n_samples == 2001 - 2 * round(FilterConfig().trim_s * RATE)
 
 
 def test_too_few_samples_raise():

@@ -282,8 +282,6 @@ def _case_messages(case, data):
         order = list(range(n))
         order[1000], order[1001] = order[1001], order[1000]
         return [source.message(i) for i in order]
-    if case == "dropped":
-        return [source.message(i) for i in range(n) if not 2000 <= i < 2005]
     if case == "rank_too_low":
         single = Messages(_one_joint_moving(nominal))
         return [single.message(i) for i in range(single.recording.n_samples)]
@@ -296,7 +294,6 @@ BAD_CASES = {
     "missing_joint": ({}, "lacks the model joints ['joint3']"),
     "nan_effort": ({}, "NaN"),
     "out_of_order": ({}, "not strictly increasing"),
-    "dropped": ({}, "sample spacing is not uniform"),
     "rank_too_low": ({}, "rank"),
     "empty_model": ({"model": ""}, "parameter 'model' is empty"),
     "current_without_constants": ({"effort_mode": "current"}, "needs torque_constants"),

@@ -1,0 +1,545 @@
+"""Damiao DM-J motors in MIT mode over python-can: ``joint_states`` out, ``sysid/joint_command`` in.
+
+Start-up: open the bus; with ``read_limits_from_motor`` read each motor's PMAX/VMAX/TMAX
+registers (a motor that does not answer keeps the table's values, with a warning); enable
+every motor, retrying, and wait for its feedback on its master id. A motor that never
+answers stops the start: every motor is disabled again and the node raises.
+
+Every control period (``control_rate_hz``, steady clock) the node
+1. takes the feedback frames that arrived (the motors answer each frame once),
+2. once every motor has answered since the last message, publishes ``joint_states``:
+   position, velocity and torque mapped to the joint side (direction, offset), stamped with
+   the bus time of the newest reply (a motor lost to a fault is left out of the message),
+3. sends one frame per motor: the MIT command of the latest ``sysid/joint_command``
+   (JointState, matched by name, partial commands allowed; p_des clamped to the joint
+   limits, v_des and t_ff to the motor's VMAX and TMAX), or damping only.
+
+Safety. A joint is tracked only while its command is younger than ``command_timeout_s``,
+was received after the last enable, and lies within ``max_position_error`` of the measured
+position. Otherwise its motor gets damping only: kp = 0, t_ff = 0, v_des = 0, its kd. A
+motor reporting a fault status (0x8-0xE), or silent for 3 cycles, is a fault: it is logged,
+reported on ``/diagnostics``, and while any fault lasts no joint is tracked (one limp joint
+in a stiff arm swings the rest unpredictably). Faults are cleared only by
+``sysid/damiao/clear_errors`` (clear error, then enable). ``sysid/damiao/disable`` and
+``sysid/damiao/enable`` switch all motors; while disabled the node keeps polling the
+motors (state refresh, no motion) so ``joint_states`` goes on. The motors are disabled when
+the node is destroyed (Ctrl-C, SIGTERM, an exception in the executor) and at interpreter
+exit. Bus errors are counted, logged and reported, never raised.
+
+Bad parameters (lengths that differ, unknown motor types, joint limits the motor cannot
+represent, a bus that cannot be opened) raise ValueError from the constructor, with
+every problem named; ``damiao_bridge`` then exits with status 1.
+"""
+from __future__ import annotations
+
+import atexit
+import math
+import time
+
+import can
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rclpy.clock import Clock, ClockType
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from sysid_core import damiao
+from sysid_core.damiao_arm import DamiaoArm, registers_to_limits
+from sysid_ros.entry_point import spin_node
+
+MISSED_CYCLES_FOR_FAULT = 3
+ENABLE_ATTEMPTS = 5
+REPLY_WAIT_S = 0.02          # per attempt; a motor answers within a fraction of a millisecond
+REGISTER_WAIT_S = 0.05
+DIAGNOSTICS_PERIOD_S = 1.0
+WARN_PERIOD_S = 5.0
+MAX_NAME_LAYOUTS = 64       # name orders of joint_command remembered (a publisher sends one or two)
+# bus timestamps farther than this from the system clock are not epoch times (some adapters
+# count from power-up): the node clock stamps the message then
+STAMP_PLAUSIBLE_S = 1.0
+
+
+class DamiaoBridge(Node):
+    """The bridge. Public for tests: ``arm`` (DamiaoArm), ``published`` (JointState messages),
+    ``frames_sent``, ``frames_received``, ``bus_errors``, ``status`` (n,) last status code per
+    motor (-1 before any feedback), ``lost`` (n,) bool, ``enabled`` (True while driving),
+    ``tracking`` (n,) bool of the last cycle, ``clamped`` (count of commands clamped)."""
+
+    def __init__(self, **kwargs):
+        super().__init__('damiao_bridge', **kwargs)
+        self.declare_parameter('can_interface', 'socketcan')
+        self.declare_parameter('can_channel', 'can0')
+        self.declare_parameter('can_bitrate', 1000000)
+        self.declare_parameter('can_fd', False)
+        self.declare_parameter('can_data_bitrate', 5000000)
+        self.declare_parameter('joint_names', Parameter.Type.STRING_ARRAY)
+        self.declare_parameter('motor_types', Parameter.Type.STRING_ARRAY)
+        self.declare_parameter('can_ids', Parameter.Type.INTEGER_ARRAY)
+        self.declare_parameter('master_ids', Parameter.Type.INTEGER_ARRAY)
+        self.declare_parameter('kp', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('kd', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('directions', Parameter.Type.INTEGER_ARRAY)
+        self.declare_parameter('position_offsets', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('joint_lower_limits', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('joint_upper_limits', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('control_rate_hz', 500.0)
+        self.declare_parameter('command_timeout_s', 0.1)
+        self.declare_parameter('max_position_error', 0.5)
+        self.declare_parameter('read_limits_from_motor', True)
+
+        self.published = self.frames_sent = self.frames_received = self.bus_errors = self.clamped = 0
+        self.enabled = False
+        self._bus = None
+        try:
+            self._start()
+        except BaseException:
+            self.destroy_node()  # disables whatever was enabled and closes the bus
+            raise
+        atexit.register(self._release)
+        self.get_logger().info(
+            f"{self.arm.n} motors on {self._param('can_interface')}:{self._param('can_channel')} enabled, "
+            f"{self._rate:g} Hz: " + ", ".join(
+                f"{j} {t} 0x{c:02X}/0x{m:02X}" for j, t, c, m in
+                zip(self.arm.joint_names, self.arm.motor_types, self.arm.can_ids, self.arm.master_ids)))
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._rate = float(self._param('control_rate_hz'))
+        self._timeout = float(self._param('command_timeout_s'))
+        self._max_error = float(self._param('max_position_error'))
+        self._fd = bool(self._param('can_fd'))
+        if not (math.isfinite(self._rate) and 0 < self._rate <= 1000 and math.isfinite(self._timeout)
+                and self._timeout >= 2.0 / self._rate and self._max_error >= 0):
+            raise ValueError(f"control_rate_hz must be in (0, 1000] Hz, command_timeout_s at least two "
+                             f"periods and max_position_error >= 0; got {self._rate}, {self._timeout}, "
+                             f"{self._max_error}")
+        self.arm = self._arm_from_parameters()
+        n = self.arm.n
+        self._by_master = {mid: j for j, mid in enumerate(self.arm.master_ids)}
+        self.status = np.full(n, -1)
+        self.lost = np.zeros(n, dtype=bool)
+        self.tracking = np.zeros(n, dtype=bool)
+        self._feedback = np.zeros((3, n))        # motor-side position, velocity, torque
+        self._temperatures = np.zeros((2, n), dtype=int)
+        self._fresh = np.zeros(n, dtype=bool)    # feedback since the last joint_states
+        self._answered = np.zeros(n, dtype=bool)  # feedback since the last cycle
+        self._missed = np.zeros(n, dtype=int)    # rounds of frames left unanswered, in a row
+        self._round_sent = 0.0                   # time.monotonic() of the last round of frames
+        self._bus_stamp = np.zeros(n)
+        self._command = np.full((3, n), np.nan)  # joint-side q_des, dq_des, tau_ff
+        self._command_time = np.full(n, -np.inf)  # time.monotonic() of receipt
+        self._armed_at = math.inf                 # commands older than the last enable are stale
+        self._register_replies = {}
+        self._command_layouts = {}
+        self._last_warning = {}
+        self._last_bus_error = ''
+        self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=100))
+        self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+
+        self._bus = self._open_bus()
+        if self._param('read_limits_from_motor'):
+            self._read_limits()
+        self._enable(range(n), require_answer=True)
+
+        self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
+        self.create_service(Trigger, 'sysid/damiao/enable', self._on_enable)
+        self.create_service(Trigger, 'sysid/damiao/disable', self._on_disable)
+        self.create_service(Trigger, 'sysid/damiao/clear_errors', self._on_clear_errors)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(1.0 / self._rate, self._on_cycle, clock=steady)
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics, clock=steady)
+
+    def _param(self, name):
+        return self.get_parameter(name).value
+
+    def _arm_from_parameters(self) -> DamiaoArm:
+        values, missing = {}, []
+        for name in ('joint_names', 'motor_types', 'can_ids', 'master_ids', 'kp', 'kd',
+                     'joint_lower_limits', 'joint_upper_limits', 'directions', 'position_offsets'):
+            try:
+                values[name] = list(self._param(name))
+            except ParameterUninitializedException:
+                if name in ('directions', 'position_offsets'):
+                    values[name] = None
+                else:
+                    missing.append(name)
+        if missing:
+            raise ValueError(f"parameters {missing} are not set: give them in the parameter file "
+                             "(see config/damiao_arm.yaml)")
+        return DamiaoArm.build(values['joint_names'], values['motor_types'], values['can_ids'],
+                               values['master_ids'], values['kp'], values['kd'], values['joint_lower_limits'],
+                               values['joint_upper_limits'], values['directions'], values['position_offsets'])
+
+    def _open_bus(self) -> can.BusABC:
+        interface, channel = self._param('can_interface'), self._param('can_channel')
+        bitrate, fd = int(self._param('can_bitrate')), bool(self._param('can_fd'))
+        options = dict(interface=interface, channel=channel, bitrate=bitrate,
+                       can_filters=[{'can_id': m, 'can_mask': 0x7FF, 'extended': False}
+                                    for m in self.arm.master_ids])
+        if fd:
+            options.update(fd=True, data_bitrate=int(self._param('can_data_bitrate')))
+        try:
+            return can.Bus(**options)
+        except (can.CanError, OSError, ValueError, ImportError, NotImplementedError) as err:
+            hint = (f" (bring it up first: sudo ip link set {channel} up type can bitrate {bitrate})"
+                    if interface == 'socketcan' else '')
+            raise ValueError(f"cannot open CAN bus {interface}:{channel} at {bitrate} bit/s: {err}{hint}") from None
+
+    def _read_limits(self) -> None:
+        """PMAX/VMAX/TMAX from each motor's registers; the table's values where a motor is silent."""
+        limits = list(self.arm.limits)
+        for j in range(self.arm.n):
+            values = [self._read_register(j, rid) for rid in (damiao.RID_PMAX, damiao.RID_VMAX, damiao.RID_TMAX)]
+            name = f"{self.arm.joint_names[j]} (0x{self.arm.can_ids[j]:02X})"
+            if any(v is None for v in values):
+                self.get_logger().warning(f"{name} did not answer the PMAX/VMAX/TMAX register reads within "
+                                          f"{REGISTER_WAIT_S * 1e3:g} ms: using the {self.arm.motor_types[j]} table "
+                                          f"values {limits[j]}")
+                continue
+            limits[j] = registers_to_limits(*values)
+            if limits[j] != self.arm.limits[j]:
+                self.get_logger().warning(f"{name} registers say {limits[j]}, the {self.arm.motor_types[j]} table "
+                                          f"{self.arm.limits[j]}: using the registers")
+        self.arm = self.arm.with_limits(limits)
+
+    def _read_register(self, j: int, rid: int):
+        self._register_replies.pop((j, rid), None)
+        self._send_frame(*damiao.read_register_frame(self.arm.can_ids[j], rid))
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while (j, rid) not in self._register_replies and time.monotonic() < deadline:
+            self._receive(timeout=max(deadline - time.monotonic(), 0.0))
+        return self._register_replies.pop((j, rid), None)
+
+    def _enable(self, joints, require_answer: bool) -> list:
+        """Enable ``joints`` (retrying); returns those not confirmed enabled by a reply.
+
+        require_answer: a motor that never answers raises ValueError (the caller disables all).
+        """
+        joints = list(joints)
+        confirmed, answered = set(), set()
+        pending = [j for j in joints if self.status[j] not in damiao.FAULT_STATUSES]
+        for _ in range(ENABLE_ATTEMPTS):
+            if not pending:
+                break
+            for j in pending:
+                self._answered[j] = False
+                self._send_frame(self.arm.can_ids[j], damiao.enable_frame())
+            self._await_answers(pending, lambda status: status == damiao.STATUS_ENABLED
+                                or status in damiao.FAULT_STATUSES)
+            answered.update(j for j in pending if self._answered[j])
+            confirmed.update(j for j in pending if self._answered[j] and self.status[j] == damiao.STATUS_ENABLED)
+            pending = [j for j in pending if j not in confirmed and self.status[j] not in damiao.FAULT_STATUSES]
+        silent = [j for j in joints if j not in answered and self.status[j] not in damiao.FAULT_STATUSES]
+        if require_answer and silent:
+            raise ValueError("no feedback from " + ", ".join(
+                f"{self.arm.joint_names[j]} (command id 0x{self.arm.can_ids[j]:02X}, feedback id "
+                f"0x{self.arm.master_ids[j]:02X})" for j in silent)
+                + f" after {ENABLE_ATTEMPTS} enable attempts: check power, wiring, termination, the ids "
+                "and the bitrate (CAN 2.0 vs FD)")
+        for j in joints:
+            if self.status[j] in damiao.FAULT_STATUSES:
+                self._log_fault(j, f"fault 0x{self.status[j]:X} ({damiao.status_text(self.status[j])})")
+        self.enabled = True
+        self._armed_at = time.monotonic()
+        self._missed[:] = 0
+        return [j for j in joints if j not in confirmed]
+
+    def _await_answers(self, joints, settled) -> None:
+        """Handle replies until every joint answered and ``settled(status)`` holds, or REPLY_WAIT_S.
+
+        Replies to frames sent before the request may still be in flight: only the state
+        asked for ends the wait early.
+        """
+        deadline = time.monotonic() + REPLY_WAIT_S
+        while not all(self._answered[j] and settled(self.status[j]) for j in joints) \
+                and time.monotonic() < deadline:
+            self._receive(timeout=max(deadline - time.monotonic(), 0.0))
+
+    # --- bus I/O ----------------------------------------------------------------------------
+
+    def _send_frame(self, arbitration_id: int, data: bytes) -> bool:
+        try:
+            self._bus.send(can.Message(arbitration_id=arbitration_id, data=data, is_extended_id=False,
+                                       is_fd=self._fd, bitrate_switch=self._fd), timeout=0.001)
+        except (can.CanError, OSError) as err:
+            self._bus_error(f"send to 0x{arbitration_id:03X} failed: {err}")
+            return False
+        self.frames_sent += 1
+        return True
+
+    def _receive(self, timeout: float = 0.0) -> bool:
+        """Handle one frame if one arrives within ``timeout`` s; False when none came."""
+        try:
+            msg = self._bus.recv(timeout=timeout)
+        except (can.CanError, OSError) as err:
+            self._bus_error(f"receive failed: {err}")
+            return False
+        if msg is None:
+            return False
+        if msg.is_error_frame:
+            self._bus_error(f"error frame 0x{msg.arbitration_id:X} {bytes(msg.data).hex(' ')}")
+            return True
+        j = self._by_master.get(msg.arbitration_id)
+        if j is None or len(msg.data) != damiao.FRAME_LENGTH:
+            return True
+        self.frames_received += 1
+        data = bytes(msg.data)
+        can_id = self.arm.can_ids[j]
+        # register replies share the master id with feedback; they echo the motor's id and an op code
+        # (only read before enabling, so a feedback frame is never mistaken for one later)
+        if not self.enabled and data[2] in (damiao.OP_READ, damiao.OP_WRITE) and data[0] | data[1] << 8 == can_id:
+            _, _, rid, value = damiao.decode_register_reply(data)
+            self._register_replies[(j, rid)] = value
+            return True
+        feedback = damiao.decode_feedback(data, self.arm.limits[j])
+        self._feedback[:, j] = feedback.position, feedback.velocity, feedback.torque
+        self._temperatures[:, j] = feedback.mosfet_temperature, feedback.rotor_temperature
+        new_fault = feedback.fault and self.status[j] != feedback.status
+        self.status[j] = feedback.status
+        if new_fault:
+            self._log_fault(j, f"fault 0x{feedback.status:X} ({feedback.status_text})")
+        self._fresh[j] = self._answered[j] = True
+        self._bus_stamp[j] = msg.timestamp
+        return True
+
+    def _bus_error(self, message: str) -> None:
+        self.bus_errors += 1
+        self._last_bus_error = message
+        self._warn('bus', f"CAN {message} ({self.bus_errors} bus errors so far)")
+
+    # --- control cycle ----------------------------------------------------------------------
+
+    def _on_cycle(self):
+        if self._bus is None:  # released at interpreter exit before the node was destroyed
+            return
+        while self._receive():
+            pass
+        self._check_feedback()
+        self._publish_state()
+        self._round_sent = time.monotonic()
+        if self.enabled:
+            self._send_commands()
+        else:  # disabled: poll the state without moving anything
+            for can_id in self.arm.can_ids:
+                self._send_frame(*damiao.refresh_frame(can_id))
+
+    def _check_feedback(self) -> None:
+        # a cycle without a reply counts only if the last round of frames had half a period to
+        # be answered: a late timer runs cycles back to back, faster than any motor replies
+        waited = time.monotonic() - self._round_sent >= 0.5 / self._rate
+        self._missed = np.where(self._answered, 0, self._missed + int(waited))
+        self._answered[:] = False
+        for j in np.flatnonzero((self._missed >= MISSED_CYCLES_FOR_FAULT) & ~self.lost):
+            self.lost[j] = True
+            self._log_fault(j, f"no feedback for {MISSED_CYCLES_FOR_FAULT} cycles")
+
+    def _publish_state(self) -> None:
+        # one message per round of replies: a reply that missed this cycle (bus or scheduling
+        # jitter) arrives by the next, so wait for it rather than publish a partial message
+        # that consumers matching the whole arm would drop; only lost motors are left out
+        if not self._fresh.any() or not np.all(self._fresh | self.lost):
+            return
+        fresh = np.flatnonzero(self._fresh)
+        self._fresh[:] = False
+        q, dq, tau = self.arm.to_joint(*self._feedback)
+        msg = JointState()
+        stamp = float(self._bus_stamp[fresh].max())
+        if abs(stamp - time.time()) < STAMP_PLAUSIBLE_S:
+            sec = math.floor(stamp)
+            msg.header.stamp.sec, msg.header.stamp.nanosec = sec, int((stamp - sec) * 1e9)
+        else:
+            msg.header.stamp = self.get_clock().now().to_msg()
+        msg.name = [self.arm.joint_names[j] for j in fresh]
+        msg.position, msg.velocity, msg.effort = q[fresh].tolist(), dq[fresh].tolist(), tau[fresh].tolist()
+        self._state_pub.publish(msg)
+        self.published += 1
+
+    def _send_commands(self) -> None:
+        faulted = self.lost | np.isin(self.status, tuple(damiao.FAULT_STATUSES))
+        q_measured = self.arm.to_joint(*self._feedback)[0]
+        received = self._command_time
+        track = (received >= self._armed_at) & (time.monotonic() - received <= self._timeout) & ~faulted.any()
+        if self._max_error > 0:
+            target = np.clip(self._command[0], self.arm.lower, self.arm.upper)
+            far = track & (np.abs(target - q_measured) > self._max_error)
+            if far.any():
+                self._warn('far', "commands more than max_position_error "
+                           f"{self._max_error:g} rad from the measured position are not tracked: "
+                           f"{[self.arm.joint_names[j] for j in np.flatnonzero(far)]}")
+                track &= ~far
+        self.tracking = track
+        commands, clamped = self.arm.commands(*self._command, track)
+        if clamped.any():
+            self.clamped += int(clamped.sum())
+            self._warn('clamp', f"commands clamped to the joint or motor limits: "
+                       f"{[self.arm.joint_names[j] for j in np.flatnonzero(clamped)]} ({self.clamped} so far)")
+        for j, command in enumerate(commands):
+            self._send_frame(self.arm.can_ids[j], damiao.encode_mit(command, self.arm.limits[j]))
+
+    # --- subscriptions and services ---------------------------------------------------------
+
+    def _on_command(self, msg: JointState):
+        names = tuple(msg.name)
+        layout = self._command_layouts.get(names)
+        if layout is None:
+            if len(self._command_layouts) >= MAX_NAME_LAYOUTS:
+                self._command_layouts.clear()
+            where = {name: i for i, name in enumerate(names)}
+            joints = [j for j, name in enumerate(self.arm.joint_names) if name in where]
+            layout = self._command_layouts[names] = (np.array(joints, dtype=int),
+                                                     np.array([where[self.arm.joint_names[j]] for j in joints],
+                                                              dtype=int))
+        joints, index = layout
+        m = len(names)
+        if joints.size == 0 or len(msg.position) != m or len(msg.velocity) not in (0, m) \
+                or len(msg.effort) not in (0, m):
+            self._warn('command', f"joint_command ignored: names {list(names)} match none of "
+                       f"{list(self.arm.joint_names)} or position/velocity/effort have "
+                       f"{len(msg.position)}/{len(msg.velocity)}/{len(msg.effort)} values for {m} names "
+                       "(position is required, velocity and effort may be empty)")
+            return
+        values = np.zeros((3, joints.size))
+        values[0] = np.asarray(msg.position)[index]
+        if len(msg.velocity):
+            values[1] = np.asarray(msg.velocity)[index]
+        if len(msg.effort):
+            values[2] = np.asarray(msg.effort)[index]
+        if not np.all(np.isfinite(values)):
+            self._warn('command', "joint_command with NaN or infinite values ignored")
+            return
+        self._command[:, joints] = values
+        self._command_time[joints] = time.monotonic()
+
+    def _on_enable(self, request, response):
+        failed = self._enable(range(self.arm.n), require_answer=False)
+        response.success = not failed
+        response.message = ("all motors enabled" if not failed else
+                            "not enabled: " + self._describe(failed) + "; call sysid/damiao/clear_errors for faults")
+        return response
+
+    def _on_disable(self, request, response):
+        failed = self._disable()
+        response.success = not failed
+        response.message = "all motors disabled" if not failed else "no disable confirmation from " + \
+            self._describe(failed)
+        return response
+
+    def _on_clear_errors(self, request, response):
+        faulted = [j for j in range(self.arm.n) if self.lost[j] or self.status[j] in damiao.FAULT_STATUSES]
+        if not faulted:
+            response.success, response.message = True, "no faults"
+            return response
+        for j in faulted:
+            self._answered[j] = False
+            self._send_frame(self.arm.can_ids[j], damiao.clear_error_frame())
+        self._await_answers(faulted, lambda status: status not in damiao.FAULT_STATUSES)
+        silent = [j for j in faulted if not self._answered[j]]
+        for j in faulted:
+            self.lost[j] = j in silent
+        answering = [j for j in faulted if j not in silent]
+        failed = silent + (self._enable(answering, require_answer=False) if self.enabled else
+                           [j for j in answering if self.status[j] in damiao.FAULT_STATUSES])
+        response.success = not failed
+        response.message = (f"cleared {[self.arm.joint_names[j] for j in faulted]}" if not failed else
+                            "still faulted: " + self._describe(failed))
+        self._publish_diagnostics()
+        return response
+
+    def _disable(self) -> list:
+        """Disable every motor; returns the joints that did not confirm."""
+        self.enabled = False
+        self.tracking[:] = False
+        pending = list(range(self.arm.n))
+        for _ in range(ENABLE_ATTEMPTS):
+            for j in pending:
+                self._answered[j] = False
+                self._send_frame(self.arm.can_ids[j], damiao.disable_frame())
+            self._await_answers(pending, lambda status: status != damiao.STATUS_ENABLED)
+            pending = [j for j in pending if not self._answered[j] or self.status[j] == damiao.STATUS_ENABLED]
+            if not pending:
+                break
+        return pending
+
+    # --- reporting --------------------------------------------------------------------------
+
+    def _describe(self, joints) -> str:
+        return ", ".join(f"{self.arm.joint_names[j]} (status "
+                         f"{'none' if self.status[j] < 0 else damiao.status_text(self.status[j])}"
+                         f"{', no feedback' if self.lost[j] else ''})" for j in joints)
+
+    def _log_fault(self, j: int, what: str) -> None:
+        self.get_logger().error(f"{self.arm.joint_names[j]} (0x{self.arm.can_ids[j]:02X}): {what}; no joint is "
+                                "tracked until sysid/damiao/clear_errors succeeds")
+        self._publish_diagnostics()
+
+    def _warn(self, key: str, message: str) -> None:
+        # throttled by hand: rclpy's throttling inspects the stack on every call, too slow at 500 Hz
+        now = time.monotonic()
+        if now - self._last_warning.get(key, -math.inf) >= WARN_PERIOD_S:
+            self._last_warning[key] = now
+            self.get_logger().warning(message)
+
+    def _publish_diagnostics(self) -> None:
+        q, dq, tau = self.arm.to_joint(*self._feedback)
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        hardware = f"{self._param('can_interface')}:{self._param('can_channel')}"
+        for j, name in enumerate(self.arm.joint_names):
+            status = int(self.status[j])
+            if self.lost[j] or status in damiao.FAULT_STATUSES:
+                level = DiagnosticStatus.ERROR
+                message = "no feedback" if self.lost[j] else f"fault: {damiao.status_text(status)}"
+            elif status == damiao.STATUS_ENABLED:
+                level = DiagnosticStatus.OK
+                message = "tracking" if self.tracking[j] else "enabled, damping only (no fresh command)"
+            else:
+                level = DiagnosticStatus.WARN if self.enabled else DiagnosticStatus.OK
+                message = "no feedback yet" if status < 0 else damiao.status_text(status)
+            values = {"status": f"0x{status:X}" if status >= 0 else "none", "motor_type": self.arm.motor_types[j],
+                      "position_rad": f"{q[j]:.4f}", "velocity_rad_s": f"{dq[j]:.4f}", "torque_nm": f"{tau[j]:.3f}",
+                      "mosfet_temperature_c": str(self._temperatures[0, j]),
+                      "rotor_temperature_c": str(self._temperatures[1, j])}
+            array.status.append(DiagnosticStatus(
+                level=level, name=f"damiao_bridge: {name}", message=message,
+                hardware_id=f"{hardware}:0x{self.arm.can_ids[j]:02X}",
+                values=[KeyValue(key=k, value=v) for k, v in values.items()]))
+        array.status.append(DiagnosticStatus(
+            level=DiagnosticStatus.WARN if self.bus_errors else DiagnosticStatus.OK,
+            name="damiao_bridge: bus", hardware_id=hardware,
+            message=f"{self.bus_errors} bus errors" + (f", last: {self._last_bus_error}" if self.bus_errors else ""),
+            values=[KeyValue(key="frames_sent", value=str(self.frames_sent)),
+                    KeyValue(key="frames_received", value=str(self.frames_received)),
+                    KeyValue(key="commands_clamped", value=str(self.clamped))]))
+        self._diagnostics_pub.publish(array)
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        """Disable every motor and close the bus; safe to call more than once."""
+        if self._bus is None:
+            return
+        try:
+            failed = self._disable()
+            if failed:
+                print(f"damiao_bridge: no disable confirmation from {self._describe(failed)}", flush=True)
+        finally:
+            self._bus.shutdown()
+            self._bus = None
+            atexit.unregister(self._release)
+
+    def destroy_node(self):
+        self._release()
+        return super().destroy_node()
+
+
+def main(args=None):
+    spin_node(DamiaoBridge, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""damiao_bridge against the virtual Damiao arm, over python-can's in-process virtual bus.
+
+No mocks: the bridge is the real rclpy node and the motors are the emulator (MuJoCo behind
+the MIT-mode protocol). What the bridge puts on the bus is checked by a third bus on the
+same channel that decodes every frame with the codec, independently of the bridge's state.
+The arm is the horizontal planar 2R (no gravity torque), so it rests where it is left.
+"""
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import can
+import numpy as np
+import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from sysid_core import damiao
+from sysid_core.damiao import MotorLimits, decode_mit, motor_limits, resolution
+from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_ros.damiao_bridge import DamiaoBridge
+
+ROOT = Path(__file__).resolve().parents[1]
+ARM = str(ROOT / "test" / "models" / "planar_2r.xml")
+LAYOUT = {
+    "joint_names": ["joint1", "joint2"], "motor_types": ["DM4340", "DM4310"], "can_ids": [1, 2],
+    "master_ids": [0x11, 0x12], "kp": [20.0, 10.0], "kd": [2.0, 0.6],
+    "joint_lower_limits": [-2.0, -2.5], "joint_upper_limits": [2.0, 2.5],
+    "control_rate_hz": 500.0, "command_timeout_s": 0.1,
+}
+_channels = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def context():
+    # the emulator thread must get the GIL within a cycle or its motors look silent (see sim_identify)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    ctx = Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)
+    sys.setswitchinterval(interval)
+
+
+class Rig:
+    """Emulator + bridge + a probe node and a bus monitor, spun by one executor."""
+
+    def __init__(self, context, motors=None, start_bridge=True, **parameters):
+        self.channel = f"bridge_test_{os.getpid()}_{next(_channels)}"
+        self.motors = motors or [EmulatedMotor("joint1", "DM4340", 1, 0x11), EmulatedMotor("joint2", "DM4310", 2, 0x12)]
+        self.arm = VirtualDamiaoArm(ARM, self.motors, channel=self.channel)
+        self.arm.start()
+        self.monitor = can.Bus(interface="virtual", channel=self.channel)
+        self.frames = []
+        self.context = context
+        self.parameters = {**LAYOUT, "can_interface": "virtual", "can_channel": self.channel, **parameters}
+        self.executor = SingleThreadedExecutor(context=context)
+        self.probe = Node(f"probe_{next(_channels)}", context=context)
+        self.states, self.diagnostics = [], []
+        self.probe.create_subscription(JointState, "joint_states", self.states.append, 1000)
+        self.probe.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 100)
+        self.command_pub = self.probe.create_publisher(JointState, "sysid/joint_command", 10)
+        self.executor.add_node(self.probe)
+        self.bridge = self.make_bridge() if start_bridge else None
+        if self.bridge is not None:
+            self.executor.add_node(self.bridge)
+
+    def make_bridge(self, **overrides):
+        values = {**self.parameters, **overrides}
+        return DamiaoBridge(context=self.context,
+                            parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+    def spin(self, seconds=0.0, until=None, limit=5.0):
+        """Spin for ``seconds``, or until ``until()`` holds (False if it never did within ``limit`` s)."""
+        deadline = time.monotonic() + (seconds if until is None else limit)
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.002)
+            self._drain()
+            if until is not None and until():
+                return True
+        return until is None
+
+    def _drain(self):
+        while (msg := self.monitor.recv(timeout=0)) is not None:
+            self.frames.append((time.monotonic(), msg.arbitration_id, bytes(msg.data)))
+
+    def mit_frames(self, can_id, since=0.0):
+        """Decoded MIT commands the bridge sent to ``can_id`` after ``since`` (time.monotonic())."""
+        limits = self.arm.limits(can_id)
+        return [decode_mit(data, limits) for t, arb, data in self.frames
+                if arb == can_id and t >= since and data[:7] != b"\xff" * 7]
+
+    def command(self, names, position, velocity=(), effort=()):
+        self.command_pub.publish(JointState(name=list(names), position=[float(v) for v in position],
+                                            velocity=[float(v) for v in velocity], effort=[float(v) for v in effort]))
+
+    def call(self, service):
+        client = self.probe.create_client(Trigger, service)
+        assert client.wait_for_service(timeout_sec=5.0)
+        future = client.call_async(Trigger.Request())
+        assert self.spin(until=future.done)
+        self.probe.destroy_client(client)
+        return future.result()
+
+    def close(self):
+        for node in (self.bridge, self.probe):
+            if node is not None:
+                self.executor.remove_node(node)
+                node.destroy_node()
+        self.executor.shutdown()
+        self.monitor.shutdown()
+        self.arm.stop()
+
+
+@pytest.fixture
+def rig(context):
+    rigs = []
+
+    def make(**kwargs):
+        rigs.append(Rig(context, **kwargs))
+        return rigs[-1]
+    yield make
+    for r in rigs:
+        r.close()
+
+
+def quantum(limits: MotorLimits):
+    return (resolution(-limits.pmax, limits.pmax, 16), resolution(-limits.vmax, limits.vmax, 12),
+            resolution(-limits.tmax, limits.tmax, 12))
+
+
+def damping_only(rig, can_id, since):
+    """True if every MIT frame to ``can_id`` after ``since`` is damping only (and there are some):
+    kp 0, and v_des and t_ff zero within a quantum (the encoding maps 0 to just below 0)."""
+    _, v, t = quantum(rig.arm.limits(can_id))
+    frames = rig.mit_frames(can_id, since)
+    return bool(frames) and all(f.kp == 0.0 and abs(f.velocity) <= v and abs(f.torque) <= t for f in frames)
+
+
+def test_start_enables_every_motor_and_publishes_joint_states(rig):
+    r = rig()
+    assert r.arm.enabled(1) and r.arm.enabled(2)
+    assert r.spin(until=lambda: len(r.states) >= 50)
+    msg = r.states[-1]
+    assert list(msg.name) == ["joint1", "joint2"]
+    # oracle: the emulator's true state; the arm rests (no gravity torque in its plane)
+    for j, motor in enumerate(r.motors):
+        q_quantum, v_quantum, _ = quantum(r.arm.limits(motor.can_id))
+        assert abs(msg.position[j] - r.arm.q[j]) <= q_quantum + 1e-6
+        assert abs(msg.velocity[j] - r.arm.dq[j]) <= v_quantum + 1e-6
+    # stamps are the bus times of the replies (epoch seconds, as the node clock), increasing
+    stamps = np.array([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in r.states])
+    assert np.all(np.diff(stamps) > 0) and abs(stamps[-1] - time.time()) < 1.0
+
+
+def test_direction_and_offset_map_joint_to_motor(rig):
+    motors = [EmulatedMotor("joint1", "DM4340", 1, 0x11, direction=-1, position_offset=0.2),
+              EmulatedMotor("joint2", "DM4310", 2, 0x12)]
+    # well damped gains so the arm settles within the 2 s below
+    r = rig(motors=motors, directions=[-1, 1], position_offsets=[0.2, 0.0], kd=[4.0, 1.2])
+    since = time.monotonic()
+    target = np.array([0.5, -0.4])
+    assert r.spin(until=lambda: (r.command(["joint1", "joint2"], target), len(r.states) > 5)[1])
+    for _ in range(500):   # 2 s
+        r.command(["joint1", "joint2"], target)
+        r.spin(0.004)
+    # the emulator (its own copy of the mapping) moved the joints to the target
+    np.testing.assert_allclose(r.arm.q, target, atol=0.02)
+    np.testing.assert_allclose(r.states[-1].position, target, atol=0.02)
+    sent = r.mit_frames(1, since)[-1]
+    assert abs(sent.position - (-(0.5 - 0.2))) <= quantum(r.arm.limits(1))[0]
+
+
+def test_commands_are_clamped_to_joint_and_motor_limits(rig):
+    r = rig(max_position_error=0.0)   # off: the clamped target lies 2 rad from the arm
+    since = time.monotonic()
+    # joint1 beyond its upper limit, joint2 with velocity and torque beyond the DM4310's VMAX 30 and TMAX 10
+    r.command(["joint1", "joint2"], [2.7, 0.0], [0.0, 45.0], [0.0, -15.0])
+    assert r.spin(until=lambda: r.bridge.clamped > 0)
+    r.spin(0.02)
+    first = r.mit_frames(1, since)[-1], r.mit_frames(2, since)[-1]
+    q1, _, _ = quantum(r.arm.limits(1))
+    _, v2, t2 = quantum(r.arm.limits(2))
+    assert abs(first[0].position - 2.0) <= q1 and first[0].kp == pytest.approx(20.0, abs=0.2)
+    assert abs(first[1].velocity - 30.0) <= v2 and abs(first[1].torque + 10.0) <= t2
+
+
+def test_partial_commands_track_only_the_named_joints(rig):
+    r = rig()
+    since = time.monotonic()
+    for _ in range(20):
+        r.command(["joint2", "gripper"], [0.1, 0.0])   # unknown names are ignored
+        r.spin(0.004)
+    assert r.bridge.tracking.tolist() == [False, True]
+    assert damping_only(r, 1, since) and r.mit_frames(1, since)[-1].kd == pytest.approx(2.0, abs=0.01)
+    assert r.mit_frames(2, since)[-1].kp == pytest.approx(10.0, abs=0.2)
+
+
+def test_stale_commands_fall_back_to_damping_only(rig):
+    r = rig()
+    r.command(["joint1", "joint2"], [0.05, 0.05])
+    assert r.spin(until=lambda: r.bridge.tracking.all())
+    sent_at = time.monotonic()
+    # no further command: after command_timeout_s (0.1 s) only damping frames go out
+    assert r.spin(until=lambda: not r.bridge.tracking.any(), limit=1.0)
+    stopped = time.monotonic()
+    assert stopped - sent_at >= LAYOUT["command_timeout_s"] - 0.01
+    r.spin(0.1)
+    assert damping_only(r, 1, stopped + 0.005) and damping_only(r, 2, stopped + 0.005)
+    assert r.arm.enabled(1) and r.arm.enabled(2)  # damped, not dropped
+
+
+def test_commands_far_from_the_arm_are_not_tracked(rig):
+    r = rig(max_position_error=0.3)
+    for _ in range(20):
+        r.command(["joint1", "joint2"], [1.0, 0.0])   # joint1 rests at 0: 1 rad away
+        r.spin(0.004)
+    assert not r.bridge.tracking[0]
+    assert abs(r.arm.q[0]) < 0.01
+
+
+@pytest.mark.parametrize("status", sorted(damiao.FAULT_STATUSES))
+def test_a_fault_stops_tracking_is_reported_and_cleared_only_on_request(rig, status):
+    r = rig()
+    r.command(["joint1", "joint2"], [0.0, 0.0])
+    assert r.spin(until=lambda: r.bridge.tracking.all())
+    r.arm.inject_fault(2, status)
+    assert r.spin(until=lambda: r.bridge.status[1] == status)
+    fault_seen = time.monotonic()
+    for _ in range(30):
+        r.command(["joint1", "joint2"], [0.0, 0.0])   # fresh commands keep coming
+        r.spin(0.004)
+    # no joint is driven with position gains while the fault lasts
+    assert not r.bridge.tracking.any()
+    assert damping_only(r, 1, fault_seen + 0.005) and damping_only(r, 2, fault_seen + 0.005)
+    errors = [s for a in r.diagnostics for s in a.status
+              if s.level == DiagnosticStatus.ERROR and s.name == "damiao_bridge: joint2"]
+    assert errors and damiao.status_text(status) in errors[-1].message
+    # enabling does not clear a fault; clear_errors does, then commands are tracked again
+    assert not r.call("/sysid/damiao/enable").success
+    assert r.bridge.status[1] == status
+    response = r.call("/sysid/damiao/clear_errors")
+    assert response.success, response.message
+    assert r.arm.enabled(2)
+    for _ in range(10):
+        r.command(["joint1", "joint2"], [0.0, 0.0])
+        r.spin(0.004)
+    assert r.bridge.tracking.all()
+
+
+def test_lost_feedback_is_a_fault(rig):
+    r = rig()
+    r.command(["joint1", "joint2"], [0.0, 0.0])
+    assert r.spin(until=lambda: r.bridge.tracking.all())
+    r.arm.set_silent(1)
+    silenced = time.monotonic()
+    assert r.spin(until=lambda: r.bridge.lost[0], limit=1.0)
+    assert time.monotonic() - silenced >= 3 / LAYOUT["control_rate_hz"]
+    for _ in range(10):
+        r.command(["joint1", "joint2"], [0.0, 0.0])
+        r.spin(0.004)
+    assert not r.bridge.tracking.any() and not r.bridge.lost[1]
+    # joint_states keeps reporting the joint that answers, and only it
+    assert list(r.states[-1].name) == ["joint2"]
+    assert not r.call("/sysid/damiao/clear_errors").success   # still silent
+    r.arm.set_silent(1, False)
+    assert r.call("/sysid/damiao/clear_errors").success
+    assert not r.bridge.lost[0]
+
+
+def test_disable_and_enable_services(rig):
+    r = rig()
+    assert r.call("/sysid/damiao/disable").success
+    assert not r.arm.enabled(1) and not r.arm.enabled(2)
+    received = r.arm.frames_received
+    states = len(r.states)
+    r.spin(0.1)
+    # disabled, the bridge still polls the motors (state refresh), so joint_states goes on
+    assert r.arm.frames_received > received and len(r.states) > states
+    assert not r.arm.enabled(1)
+    assert r.call("/sysid/damiao/enable").success
+    assert r.arm.enabled(1) and r.arm.enabled(2)
+
+
+def test_motors_are_disabled_when_the_node_is_destroyed(rig):
+    r = rig()
+    assert r.arm.enabled(1) and r.arm.enabled(2)
+    r.executor.remove_node(r.bridge)
+    r.bridge.destroy_node()
+    r.bridge = None
+    assert not r.arm.enabled(1) and not r.arm.enabled(2)
+
+
+def test_a_motor_that_never_answers_stops_the_start_and_nothing_stays_enabled(rig):
+    r = rig(start_bridge=False)
+    r.arm.set_silent(2)
+    with pytest.raises(ValueError, match=r"no feedback from joint2 \(command id 0x02, feedback id 0x12\)"):
+        r.make_bridge()
+    assert not r.arm.enabled(1)
+
+
+def test_limits_are_read_from_the_motor_registers(rig):
+    odd = MotorLimits(6.0, 20.0, 15.0)
+    motors = [EmulatedMotor("joint1", "DM4340", 1, 0x11, limits=odd), EmulatedMotor("joint2", "DM4310", 2, 0x12)]
+    r = rig(motors=motors)
+    got = r.bridge.arm.limits[0]
+    assert (got.pmax, got.vmax, got.tmax) == pytest.approx((6.0, 20.0, 15.0))
+    # with the table's limits instead, feedback would decode with the wrong scale
+    assert r.spin(until=lambda: len(r.states) > 5)
+    assert abs(r.states[-1].position[0] - r.arm.q[0]) <= quantum(odd)[0] + 1e-6
+
+
+def test_a_motor_silent_to_register_reads_keeps_the_table_limits(rig):
+    odd = MotorLimits(6.0, 20.0, 15.0)
+    motors = [EmulatedMotor("joint1", "DM4340", 1, 0x11, limits=odd), EmulatedMotor("joint2", "DM4310", 2, 0x12)]
+    r = rig(motors=motors, start_bridge=False)
+    # joint1 ignores its three reads (50 ms each), then answers from the enable onwards
+    r.arm.set_silent(1)
+    wake = threading.Timer(0.2, r.arm.set_silent, args=(1, False))
+    wake.start()
+    r.bridge = r.make_bridge()
+    r.executor.add_node(r.bridge)
+    wake.join()
+    assert r.bridge.arm.limits[0] == motor_limits("DM4340")
+    assert r.bridge.arm.limits[1].tmax == pytest.approx(motor_limits("DM4310").tmax)
+    assert r.arm.enabled(1) and r.arm.enabled(2)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(kp=[20.0]), "2 joint_names ['joint1', 'joint2'] but kp has 1"),
+    (dict(motor_types=["DM4340", "DM1234"]), "unknown Damiao motor type 'DM1234'"),
+    (dict(master_ids=[0x11, 0x11]), "master_ids has duplicates"),
+    (dict(command_timeout_s=0.001), "command_timeout_s at least two periods"),
+    (dict(can_interface="no_such_interface"), "cannot open CAN bus no_such_interface"),
+])
+def test_bad_parameters_fail_at_start_with_a_clear_message(rig, overrides, message):
+    r = rig(start_bridge=False)
+    with pytest.raises(ValueError) as err:
+        r.make_bridge(**overrides)
+    assert message in str(err.value)
+    assert not r.arm.enabled(1)
+
+
+def test_missing_parameters_are_named(context):
+    with pytest.raises(ValueError, match=r"parameters \['joint_names', 'motor_types'"):
+        DamiaoBridge(context=context)
+
+
+def test_bus_errors_are_counted_not_raised(rig):
+    r = rig()
+    assert r.spin(until=lambda: len(r.states) > 5)
+    r.bridge._bus.shutdown()   # the adapter goes away under the node
+    assert r.spin(until=lambda: r.bridge.bus_errors > 10 and r.bridge.lost.all(), limit=2.0)
+    r.spin(1.1)                # diagnostics (1 Hz) report it
+    bus = [s for a in r.diagnostics for s in a.status if s.name == "damiao_bridge: bus"]
+    assert bus[-1].level == DiagnosticStatus.WARN and "send to" in bus[-1].message
+
+
+SIGINT_SCRIPT = textwrap.dedent("""
+    import sys, threading, time, signal, os
+    sys.setswitchinterval(0.0005)
+    from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+    from sysid_ros import damiao_bridge
+    arm = VirtualDamiaoArm({arm!r}, [EmulatedMotor("joint1", "DM4340", 1, 0x11),
+                                     EmulatedMotor("joint2", "DM4310", 2, 0x12)], channel="sigint")
+    arm.start()
+    def interrupt():
+        while not (arm.enabled(1) and arm.enabled(2)):
+            time.sleep(0.01)
+        print("enabled", flush=True)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt, daemon=True).start()
+    damiao_bridge.main(["--ros-args"] + {args!r})
+    print("after main: enabled", arm.enabled(1), arm.enabled(2), flush=True)
+    arm.stop()
+""")
+
+
+def test_ctrl_c_disables_every_motor(tmp_path):
+    args = ["-p", "can_interface:=virtual", "-p", "can_channel:=sigint"]
+    for key, value in LAYOUT.items():
+        text = "[" + ", ".join(f"'{v}'" if isinstance(v, str) else repr(v) for v in value) + "]" \
+            if isinstance(value, list) else repr(value)
+        args += ["-p", f"{key}:={text}"]
+    script = tmp_path / "run.py"
+    script.write_text(SIGINT_SCRIPT.format(arm=ARM, args=args))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "enabled" in done.stdout, done.stderr
+    assert "after main: enabled False False" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_executable_exits_1_on_bad_parameters():
+    done = subprocess.run([sys.executable, "-m", "sysid_ros.damiao_bridge", "--ros-args", "-p",
+                           "joint_names:=['a']"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1
+    assert "error: parameters ['motor_types'" in done.stderr and "Traceback" not in done.stderr
