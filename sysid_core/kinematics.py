@@ -1,14 +1,22 @@
 """Vectorised forward pass of recursive Newton-Euler, in body frames.
 
-Arrays are component-major with samples last, (..., N), so every operation
+Arrays are component-major with samples last, (..., B), so every operation
 works on contiguous sample vectors and the loops run over bodies and joints
-only. Each joint is one *step* from the frame before it to the frame after
-it; for a hinge the step's rotation and translation are constant matrices times
-the basis [1, sin(q - ref), 1 - cos(q - ref)], for a slide times
-[1, q - ref, 0], so composing a step is a single small GEMM over all samples.
-The geometry matches MuJoCo's ``mj_kinematics``: a body's joints act in order,
-each about an axis and anchor fixed in the frame left by the previous one, and
-a joint at its ``ref`` (qpos0) leaves the body at its modelled pose.
+only; callers pass blocks of a few thousand samples, which bounds the
+temporaries and lets a Workspace reuse them. Each joint is one *step* from the
+frame before it to the frame after it; for a hinge the step's rotation and translation are constant matrices
+times the basis [1, sin(q - ref), cos(q - ref)], for a slide times
+[1, q - ref, 0]. The geometry matches MuJoCo's ``mj_kinematics``: a body's
+joints act in order, each about an axis and anchor fixed in the frame left by
+the previous one, and a joint at its ``ref`` (qpos0) leaves the body at its
+modelled pose.
+
+Arm models are full of exact zeros (axis-aligned joints, right-angle fixed
+rotations, anchors at the origin), so each entry of a step is evaluated as an
+exact zero (skipped), a constant or a per-sample row, and a frame change costs
+a few products instead of a dense 6x6 transform per sample. A joint's own
+motion subspace is constant in its frame, so it is never stored: the next step
+evaluates it directly from that step's few non-zero coefficients.
 
 Spatial vectors are (angular; linear), Featherstone's convention, expressed in
 the current body frame at its origin. The base accelerates by -gravity, so
@@ -17,6 +25,7 @@ accelerations carry gravity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -27,65 +36,137 @@ def _skew(x: np.ndarray) -> np.ndarray:
     return np.array([[0.0, -x[2], x[1]], [x[2], 0.0, -x[0]], [-x[1], x[0], 0.0]])
 
 
-@dataclass(frozen=True, eq=False)
-class JointSteps:
-    """Per joint j, constants of its step (frame before -> frame after).
+class Workspace:
+    """Temporaries reused from one block of samples to the next.
 
-    ``rotation[j]`` (9, 3) and ``translation[j]`` (3, 3) map the basis (3, N) to the step's
-    rotation (row-major 3x3 per sample) and the new origin in the previous frame; the first
-    joint of a body includes the body's fixed placement in its parent. ``motion[j]`` (6,) is
-    the joint's motion subspace in its own (after-step) frame, and ``cross_matrix[j]`` (6, 6)
-    the constant matrix of V -> V x motion[j] (spatial motion cross product).
+    ``empty(name, shape)`` returns the same uninitialised array whenever it is asked for the
+    same name and shape. Large temporaries freed and allocated again for every block come
+    back from the C allocator as fresh pages whose faults cost as much as the arithmetic;
+    blocks of one size reuse the arrays, so each is paged in once per Workspace instead.
+    Names only need to differ between arrays of one shape that are alive together.
     """
 
-    rotation: np.ndarray
-    translation: np.ndarray
+    def __init__(self):
+        self._arrays = {}
+
+    def empty(self, name: str, shape: tuple) -> np.ndarray:
+        key = (name, tuple(shape))
+        if key not in self._arrays:
+            self._arrays[key] = np.empty(shape)
+        return self._arrays[key]
+
+
+def _sparse(coefficients: np.ndarray) -> tuple:
+    """Entries (k, 3) on the basis [1, b1, b2] as None (an exact zero) or (c0, c1, c2) floats."""
+    return tuple(tuple(float(c) for c in row) if np.any(row != 0.0) else None for row in coefficients)
+
+
+@dataclass(frozen=True, eq=False)
+class JointStep:
+    """Constants of one joint's step (frame before -> frame after), sparse.
+
+    ``rotation`` (9 entries, row-major) and ``origin`` (3) are the step's rotation matrix and
+    the new origin in the previous frame, each entry None (an exact zero) or its coefficients
+    (c0, c1, c2) on the basis [1, sin(q - ref), cos(q - ref)] (hinge) or [1, q - ref, 0]
+    (slide); the first joint of a body includes the body's fixed placement in its parent.
+    ``motion`` (6,) is the joint's motion subspace in its own (after-step) frame;
+    ``motion_terms`` its non-zeros (row, value) and ``cross_terms`` the non-zeros of
+    V -> V x motion (spatial motion cross product) as (row, ((column, value), ...)).
+    ``carried`` is None for a joint first in its chain, else the previous joint's (constant)
+    motion subspace after this step: per component (6), its non-zeros (monomial, value) on
+    the monomials [1, b1, b2, b1 b1, b1 b2, b2 b2] of this joint's basis.
+    """
+
+    rotation: tuple
+    origin: tuple
     motion: np.ndarray
-    cross_matrix: np.ndarray
+    motion_terms: tuple
+    cross_terms: tuple
+    carried: tuple | None
 
 
-def joint_steps(tree: KinematicTree) -> JointSteps:
-    """Precompute the constant step matrices of every joint of ``tree``."""
-    n = tree.n_joints
-    rotation = np.zeros((n, 9, 3))
-    translation = np.zeros((n, 3, 3))
-    motion = np.zeros((n, 6))
-    cross_matrix = np.zeros((n, 6, 6))
+# monomial index of the product basis[a] * basis[b], basis = [1, b1, b2]
+_PRODUCT = ((0, 1, 2), (1, 3, 4), (2, 4, 5))
+
+
+def _carried(rotation: np.ndarray, origin: np.ndarray, motion: np.ndarray) -> tuple:
+    """A constant motion vector (6,) after a step, on the monomials of JointStep.carried.
+
+    rotation (3, 3, 3) and origin (3, 3) are the step's coefficients on [1, b1, b2]; as in
+    _change_frame, w' = R^T w and v' = R^T (v + w x t), products of two basis rows at most.
+    """
+    coef = np.zeros((6, 6))
+    for a in range(3):
+        coef[:3, _PRODUCT[0][a]] += rotation[:, :, a].T @ motion[:3]
+        coef[3:, _PRODUCT[0][a]] += rotation[:, :, a].T @ motion[3:]
+        for b in range(3):
+            coef[3:, _PRODUCT[a][b]] += rotation[:, :, a].T @ np.cross(motion[:3], origin[:, b])
+    return tuple(tuple((k, float(c)) for k, c in enumerate(row) if c != 0.0) for row in coef)
+
+
+def joint_steps(tree: KinematicTree) -> tuple:
+    """The JointStep of every joint of ``tree``, in dof order."""
+    steps = [None] * tree.n_joints
+    last_joint = {}  # body -> its last joint, the one before its children's first
     for b in range(tree.n_bodies):
+        previous = last_joint.get(int(tree.parent[b]))
         for order, j in enumerate(tree.body_joints[b]):
             r_fix = tree.fixed_rotation[b] if order == 0 else np.eye(3)
             t_fix = tree.fixed_translation[b] if order == 0 else np.zeros(3)
             axis, anchor = tree.joint_axis[j], tree.joint_pos[j]
+            rotation, origin, motion = np.zeros((3, 3, 3)), np.zeros((3, 3)), np.zeros(6)
             if tree.joint_type[j] == HINGE:
                 k = _skew(axis)
-                # R = R_fix (E + sin K + (1 - cos) K^2); origin t = t_fix + R_fix d - R d
-                rotation[j] = np.stack([r_fix, r_fix @ k, r_fix @ k @ k], axis=-1).reshape(9, 3)
-                translation[j] = np.stack([t_fix, -r_fix @ k @ anchor, -r_fix @ k @ k @ anchor], axis=-1)
-                motion[j] = np.concatenate([axis, np.cross(anchor, axis)])
+                # R = R_fix (E + sin K + (1 - cos) K^2); origin t = t_fix + R_fix d - R d.
+                # E + K^2 = a a^T: an axis-aligned joint keeps its exact zeros.
+                rotation = np.stack([r_fix @ (np.eye(3) + k @ k), r_fix @ k, -r_fix @ k @ k], axis=-1)
+                origin = np.stack([t_fix - r_fix @ k @ k @ anchor, -r_fix @ k @ anchor,
+                                   r_fix @ k @ k @ anchor], axis=-1)
+                motion = np.concatenate([axis, np.cross(anchor, axis)])
             else:
-                rotation[j, :, 0] = r_fix.reshape(9)
-                translation[j, :, 0] = t_fix
-                translation[j, :, 1] = r_fix @ axis
-                motion[j, 3:] = axis
-            s_w, s_v = _skew(motion[j, :3]), _skew(motion[j, 3:])
+                rotation[:, :, 0] = r_fix
+                origin[:, 0] = t_fix
+                origin[:, 1] = r_fix @ axis
+                motion[3:] = axis
+            s_w, s_v = _skew(motion[:3]), _skew(motion[3:])
             # (w, v) x (s_w, s_v) = (w x s_w, w x s_v + v x s_w) = -[[s_w]x, 0], [[s_v]x, [s_w]x]] (w, v)
-            cross_matrix[j] = -np.block([[s_w, np.zeros((3, 3))], [s_v, s_w]])
-    return JointSteps(rotation, translation, motion, cross_matrix)
+            cross = -np.block([[s_w, np.zeros((3, 3))], [s_v, s_w]])
+            steps[j] = JointStep(
+                rotation=_sparse(rotation.reshape(9, 3)), origin=_sparse(origin), motion=motion,
+                motion_terms=tuple((r, float(motion[r])) for r in np.flatnonzero(motion)),
+                cross_terms=tuple((r, tuple((int(c), float(cross[r, c])) for c in np.flatnonzero(cross[r])))
+                                  for r in range(6) if np.any(cross[r] != 0.0)),
+                carried=None if previous is None else _carried(rotation, origin, steps[previous].motion))
+            previous = int(j)
+        last_joint[b] = previous
+    return tuple(steps)
+
+
+@lru_cache(maxsize=32)
+def joint_chains(tree: KinematicTree) -> tuple:
+    """Per moving body, the tuple of joints that move it, from the base down (dof indices)."""
+    chains = []
+    for b in range(tree.n_bodies):
+        p = tree.parent[b]
+        chains.append((() if p < 0 else chains[p]) + tuple(int(j) for j in tree.body_joints[b]))
+    return tuple(chains)
 
 
 @dataclass(frozen=True, eq=False)
-class BodyMotion:
-    """Motion of one moving body over N samples, in its own frame at its origin.
+class Motion:
+    """Motion of every moving body over B samples, each in its own frame at its origin.
 
-    ``velocity`` (6, N) spatial velocity (w; v) in rad/s and m/s; ``acceleration`` (6, N)
-    spatial acceleration with -gravity included; ``subspaces`` (k, 6, N) the motion
-    subspaces of the k joints that move the body, in the order of ``joints`` (k,).
+    ``velocity`` (6, nb, B) spatial velocities (w; v) in rad/s and m/s and ``acceleration``
+    (6, nb, B) spatial accelerations with -gravity included, bodies in model order (strided
+    views: the bodies' states share one padded array, so no copy gathers them).
+    ``subspaces[b]`` (k - 1, 6, B) are the motion subspaces of the first k - 1 of the k joints
+    that move body b, in the order of ``joint_chains(tree)[b]``; the last one's is the
+    constant ``JointStep.motion`` of that joint.
     """
 
     velocity: np.ndarray
     acceleration: np.ndarray
-    subspaces: np.ndarray
-    joints: np.ndarray
+    subspaces: tuple
 
 
 def as_samples(name: str, value, n: int) -> np.ndarray:
@@ -98,71 +179,183 @@ def as_samples(name: str, value, n: int) -> np.ndarray:
     return arr
 
 
-def _small_product(matrix: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """matrix (a, b) @ columns (b, N) for a small constant matrix.
+def _entries(entries: tuple, rows: np.ndarray) -> list:
+    """Values of sparse entries (see JointStep) on the basis [1, rows[0], rows[1]] (rows (2, B)).
 
-    einsum's own loop, not BLAS: a multi-threaded BLAS spends more on waking its threads
-    than on a (9, 3) product, and stalls badly on a busy machine.
+    Each value is None (an exact zero), a float (a constant) or a (B,) row.
     """
-    return np.einsum("ab,bn->an", matrix, columns)
+    values = []
+    for entry in entries:
+        if entry is None or entry[1] == entry[2] == 0.0:
+            values.append(entry if entry is None else entry[0])
+            continue
+        c0, c1, c2 = entry
+        if c2 == 0.0 or c1 == 0.0:
+            c, row = (c1, rows[0]) if c2 == 0.0 else (c2, rows[1])
+            value = row if c == 1.0 and c0 == 0.0 else c * row
+        else:
+            value = c1 * rows[0]
+            value += c2 * rows[1]
+        if c0 != 0.0:
+            value += c0  # value is a new row here: c0 != 0 never reuses a basis row
+        values.append(value)
+    return values
 
 
-def _change_frame(state: np.ndarray, rot: np.ndarray, origin: np.ndarray, out: np.ndarray) -> None:
-    """Motion vectors state (m, 6, N) into a frame with orientation rot (3, 3, N), origin (3, N).
+def _negated(entry):
+    return None if entry is None else -entry
 
+
+def accumulate(out: np.ndarray, terms, scratch: np.ndarray) -> None:
+    """out += sum(coef * x for coef, x in terms), in place, using scratch (out's shape).
+
+    A coef is None (an exact zero: the term is skipped), a float, or a (B,) row broadcast
+    over x. A term costs one ufunc call when coef is +-1, two otherwise.
+    """
+    for coef, x in terms:
+        if coef is None:
+            continue
+        if isinstance(coef, float) and abs(coef) == 1.0:
+            (np.add if coef > 0 else np.subtract)(out, x, out=out)
+        else:
+            np.multiply(x, coef, out=scratch)
+            out += scratch
+
+
+def combine(out: np.ndarray, terms, scratch: np.ndarray) -> None:
+    """out = sum(coef * x for coef, x in terms), coefs as in ``accumulate``; no terms: zeros."""
+    terms = [(coef, x) for coef, x in terms if coef is not None]
+    if not terms:
+        out[...] = 0.0
+        return
+    (coef, x), rest = terms[0], terms[1:]
+    if isinstance(coef, float) and coef == 1.0:
+        np.copyto(out, x)
+    elif isinstance(coef, float) and coef == -1.0:
+        np.negative(x, out=out)
+    else:
+        np.multiply(x, coef, out=out)
+    accumulate(out, rest, scratch)
+
+
+def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, work: Workspace) -> None:
+    """Motion vectors state (m, 6, B) into a frame with orientation rot, origin ``origin``.
+
+    ``rot`` is the 3x3 nested list and ``origin`` the 3 entries of the step (see _entries).
     Writes the first m rows of ``out``: v' = R^T (v + w x t), w' = R^T w, the velocity of
     the point at the new origin.
     """
-    w, v, t = state[:, :3], state[:, 3:], origin
-    moved = np.empty_like(state)
-    moved[:, :3] = w
-    moved[:, 3] = v[:, 0] + w[:, 1] * t[2] - w[:, 2] * t[1]
-    moved[:, 4] = v[:, 1] + w[:, 2] * t[0] - w[:, 0] * t[2]
-    moved[:, 5] = v[:, 2] + w[:, 0] * t[1] - w[:, 1] * t[0]
-    m = state.shape[0]
-    pairs = moved.reshape(m, 2, 3, -1)
-    target = out[:m].reshape(m, 2, 3, -1)
-    for i in range(3):
-        np.multiply(rot[0, i], pairs[:, :, 0], out=target[:, :, i])
-        target[:, :, i] += rot[1, i] * pairs[:, :, 1]
-        target[:, :, i] += rot[2, i] * pairs[:, :, 2]
+    m, num = state.shape[0], state.shape[-1]
+    target = out[:m].reshape(m, 2, 3, num)
+    w, v = state[:, :3], state[:, 3:]
+    t = origin
+    # w x t = M w with M = -[t]x; components of v + M w that M leaves alone are read in place
+    cross = ((None, t[2], _negated(t[1])), (_negated(t[2]), None, t[0]), (t[1], _negated(t[0]), None))
+    linear, moved = [v[:, c] for c in range(3)], False
+    for c in range(3):
+        terms = [(coef, w[:, d]) for d, coef in enumerate(cross[c]) if coef is not None]
+        if terms:
+            linear[c], moved = work.empty(f"moved {c}", (m, num)), True
+            combine(linear[c], terms, work.empty("scratch", (m, num)))
+            linear[c] += v[:, c]
+    if not moved:
+        # no translation: both halves of each pair in one call per term
+        pairs = state.reshape(m, 2, 3, num)
+        halves = [(target, [pairs[:, :, c] for c in range(3)])]
+    else:
+        halves = [(target[:, 0], [w[:, c] for c in range(3)]), (target[:, 1], linear)]
+    for dest, sources in halves:
+        scratch = work.empty("scratch", dest[..., 0, :].shape)
+        for r in range(3):
+            combine(dest[..., r, :], [(rot[c][r], sources[c]) for c in range(3)], scratch)
 
 
-def forward_pass(tree: KinematicTree, gravity, q, dq, ddq, steps: JointSteps | None = None) -> list:
-    """BodyMotion of every moving body, in model order, for q, dq, ddq of shape (N, n)."""
+def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray) -> None:
+    """The joint's own motion: V += s dq, dV += s ddq + (V x s) dq with the new V.
+
+    state (m, 6, B) with velocity and acceleration in rows 0 and 1, dq and ddq (B,); only
+    the non-zeros of the joint's constants cost anything.
+    """
+    velocity, acceleration = state[0], state[1]
+    scratch = np.empty_like(dq)
+    for r, value in step.motion_terms:
+        accumulate(velocity[r], [(value, dq)], scratch)
+        accumulate(acceleration[r], [(value, ddq)], scratch)
+    scaled = {1.0: dq}  # value * dq per distinct value of the cross product
+    for r, terms in step.cross_terms:
+        for _, value in terms:
+            if value not in scaled:
+                scaled[value] = value * dq
+        accumulate(acceleration[r], [(scaled[value], velocity[c]) for c, value in terms], scratch)
+
+
+def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace) -> None:
+    """out (6, B) = the previous joint's motion subspace after this step (JointStep.carried).
+
+    basis (2, B) are this joint's basis rows b1, b2. A constant vector needs only its few
+    non-zeros on the step's monomials, not a frame change of a full row of the state.
+    """
+    monomials = [None, basis[0], basis[1], None, None, None]
+    scratch = work.empty("carry", basis[0].shape)
+    for r, terms in enumerate(step.carried):
+        for k, _ in terms:
+            if monomials[k] is None and k > 0:  # a product, formed once when first needed
+                a, b = ((1, 1), (1, 2), (2, 2))[k - 3]
+                product = work.empty(f"monomial {k}", scratch.shape)
+                monomials[k] = np.multiply(monomials[a], monomials[b], out=product)
+        combine(out[r], [(c, monomials[k]) for k, c in terms if k > 0], scratch)
+        constant = sum(c for k, c in terms if k == 0)
+        if constant:
+            out[r] += constant
+
+
+def forward_pass(tree: KinematicTree, gravity, q, dq, ddq, steps: tuple | None = None,
+                 work: Workspace | None = None) -> Motion:
+    """Motion of every moving body for q, dq, ddq of shape (B, n).
+
+    ``steps`` are joint_steps(tree), computed if not given. Temporaries grow with B:
+    joint_torque_regressor calls this on blocks of samples, with one ``work`` for all
+    blocks; the result lives in ``work`` and is overwritten by the next call with it.
+    """
     n = tree.n_joints
     q, dq, ddq = (as_samples(k, v, n) for k, v in (("q", q), ("dq", dq), ("ddq", ddq)))
     if not (q.shape == dq.shape == ddq.shape):
         raise ValueError(f"q, dq, ddq must have equal shapes, got {q.shape}, {dq.shape}, {ddq.shape}")
     steps = joint_steps(tree) if steps is None else steps
+    work = Workspace() if work is None else work
     num = q.shape[0]
-    angle, dq_t, ddq_t = (q - tree.joint_ref).T, dq.T, ddq.T
-    basis = np.empty((n, 3, num))
-    basis[:, 0] = 1.0
-    hinge = tree.joint_type == HINGE
-    basis[hinge, 1] = np.sin(angle[hinge])
-    basis[hinge, 2] = 1.0 - np.cos(angle[hinge])
-    basis[~hinge, 1] = angle[~hinge]
-    basis[~hinge, 2] = 0.0
-    # state rows: velocity, acceleration, then the motion subspaces of the joints above
-    root = np.zeros((2, 6, num))
+    angle, dq_t, ddq_t = (work.empty(name, (n, num)) for name in ("angle", "dq", "ddq"))
+    np.subtract(q.T, tree.joint_ref[:, None], out=angle)
+    np.copyto(dq_t, dq.T)
+    np.copyto(ddq_t, ddq.T)
+    slide = tree.joint_type != HINGE
+    basis = work.empty("basis", (n, 2, num))  # the basis rows after the constant 1, per joint
+    np.sin(angle, out=basis[:, 0])
+    np.cos(angle, out=basis[:, 1])
+    basis[slide, 0] = angle[slide]
+    basis[slide, 1] = 0.0
+    # state rows: velocity, acceleration, then the motion subspaces of the joints above the
+    # current one (whose own subspace is constant and never stored)
+    root = work.empty("root", (2, 6, num))
+    root[...] = 0.0
     root[1, 3:] = -np.asarray(gravity, dtype=float)[:, None]
-    states, joint_lists = [], []
+    chains = joint_chains(tree)
+    # Each body's final state is a slice of one array padded to the deepest body, so the
+    # velocities and accelerations of all bodies are views at a fixed stride.
+    final = work.empty("body states", (tree.n_bodies, 1 + max(map(len, chains)), 6, num))
     for b in range(tree.n_bodies):
         p = tree.parent[b]
-        state = root if p < 0 else states[p]
-        joints = [] if p < 0 else list(joint_lists[p])
-        for j in tree.body_joints[b]:
-            rows = state.shape[0]
-            new = np.empty((rows + 1, 6, num))
-            rot = _small_product(steps.rotation[j], basis[j]).reshape(3, 3, num)
-            _change_frame(state, rot, _small_product(steps.translation[j], basis[j]), new)
-            s = steps.motion[j][:, None]
-            new[0] += s * dq_t[j]
-            new[1] += s * ddq_t[j] + _small_product(steps.cross_matrix[j], new[0]) * dq_t[j]
-            new[rows] = s
+        state = root if p < 0 else final[p, :1 + len(chains[p])]
+        for order, j in enumerate(tree.body_joints[b]):
+            step, rows = steps[j], state.shape[0]
+            rows_after = rows if step.carried is None else rows + 1
+            last = order == len(tree.body_joints[b]) - 1
+            new = final[b, :rows_after] if last else work.empty(f"state {j}", (rows_after, 6, num))
+            rot = _entries(step.rotation, basis[j])
+            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], _entries(step.origin, basis[j]), new, work)
+            if step.carried is not None:
+                _carry(step, basis[j], new[rows], work)
+            _add_joint_motion(new, step, dq_t[j], ddq_t[j])
             state = new
-            joints.append(j)
-        states.append(state)
-        joint_lists.append(np.array(joints))
-    return [BodyMotion(st[0], st[1], st[2:], jt) for st, jt in zip(states, joint_lists)]
+    velocity, acceleration = (np.moveaxis(final[:, k], 0, 1) for k in range(2))
+    return Motion(velocity, acceleration, tuple(final[b, 2:1 + len(chain)] for b, chain in enumerate(chains)))

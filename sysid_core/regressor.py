@@ -1,13 +1,27 @@
 """Whole-arm joint-torque regressor: tau (N, n) = Y (N, n, 10 nb) @ theta (10 nb,)."""
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
 
-from .kinematics import forward_pass, joint_steps
+from .kinematics import Workspace, as_samples, combine, forward_pass, joint_chains, joint_steps
 from .model import KinematicTree
 from .rigid_body import body_regressor_blocks
+
+# Samples per block: bounds the temporaries (about 6 kB per sample on a 7-DOF arm) while
+# the Python overhead per block (a few hundred ufunc calls) stays small.
+BLOCK = 8192
+# Per thread, the Workspace of the last block size, kept between calls: paging in fresh
+# temporaries on every call would cost a sixth of the whole computation.
+_WORKSPACES = threading.local()
+
+
+def _workspace(size: int) -> Workspace:
+    if getattr(_WORKSPACES, "size", None) != size:
+        _WORKSPACES.size, _WORKSPACES.work = size, Workspace()
+    return _WORKSPACES.work
 
 
 @lru_cache(maxsize=32)
@@ -15,11 +29,30 @@ def _cached_steps(tree: KinematicTree):
     return joint_steps(tree)
 
 
-def _as_index(joints: np.ndarray):
+def _as_index(joints: tuple):
     """A contiguous run of joints (always so on serial chains) as a slice: slabs copy faster."""
-    if joints.size and np.all(np.diff(joints) == 1):
-        return slice(int(joints[0]), int(joints[-1]) + 1)
-    return joints
+    if joints and joints == tuple(range(joints[0], joints[-1] + 1)):
+        return slice(joints[0], joints[-1] + 1)
+    return np.array(joints, dtype=int)
+
+
+def _project(rows: np.ndarray, subspaces: np.ndarray, mass, first_moment, inertia) -> None:
+    """rows (k, 10, B) = subspaces (k, 6, B) against a body's regressor A (6, 10, B) given by its blocks.
+
+    A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2; einsum
+    contracts each block in one C loop straight into ``rows``, with no temporaries.
+    """
+    np.einsum("krn,rn->kn", subspaces[:, 3:], mass, out=rows[:, 0])
+    np.einsum("krn,rcn->kcn", subspaces, first_moment, out=rows[:, 1:4])
+    np.einsum("krn,rcn->kcn", subspaces[:, :3], inertia, out=rows[:, 4:])
+
+
+def _project_constant(row: np.ndarray, motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> None:
+    """row (10, B) = constant motion (6,) against A: a sum over motion's non-zeros only."""
+    coef = [float(c) if c != 0.0 else None for c in motion]
+    combine(row[0], [(coef[r], mass[r - 3]) for r in range(3, 6)], work.empty("row", mass[0].shape))
+    combine(row[1:4], [(coef[r], first_moment[r]) for r in range(6)], work.empty("row", first_moment[0].shape))
+    combine(row[4:], [(coef[r], inertia[r]) for r in range(3)], work.empty("row", inertia[0].shape))
 
 
 def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarray:
@@ -28,22 +61,39 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
     Columns of block b are [m, hx, hy, hz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz] of body b about
     its origin in its frame; rows are joints in dof order; SI units, gravity (3,) in m/s^2.
     The result is a view of a joint-major buffer (samples last, where the work is
-    contiguous); use np.ascontiguousarray(Y) where C order matters.
+    contiguous); use np.ascontiguousarray(Y) where C order matters. Samples go in blocks of
+    at most BLOCK; each calling thread keeps its temporaries (tens of MB) for the next call.
     """
-    bodies = forward_pass(tree, gravity, q, dq, ddq, _cached_steps(tree))
-    num = bodies[0].velocity.shape[1]
-    out = np.zeros((tree.n_joints, 10 * tree.n_bodies, num))
-    for b, body in enumerate(bodies):
-        # torque on joint k from body b: k's motion subspace in b's frame against b's wrench
-        mass, first_moment, inertia = body_regressor_blocks(body.velocity, body.acceleration)
-        index = _as_index(body.joints)
-        rows = out[index, 10 * b:10 * b + 10]
-        s = body.subspaces  # (k, 6, N)
-        # A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2;
-        # einsum contracts in one C loop straight into the output, with no temporaries
-        np.einsum("krn,rn->kn", s[:, 3:], mass, out=rows[:, 0])
-        np.einsum("krn,rcn->kcn", s, first_moment, out=rows[:, 1:4])
-        np.einsum("krn,rcn->kcn", s[:, :3], inertia, out=rows[:, 4:])
-        if not isinstance(index, slice):
-            out[index, 10 * b:10 * b + 10] = rows
+    n = tree.n_joints
+    q, dq, ddq = (as_samples(k, v, n) for k, v in (("q", q), ("dq", dq), ("ddq", ddq)))
+    if not (q.shape == dq.shape == ddq.shape):
+        raise ValueError(f"q, dq, ddq must have equal shapes, got {q.shape}, {dq.shape}, {ddq.shape}")
+    steps = _cached_steps(tree)
+    num = q.shape[0]
+    # zeros: the blocks of joints that do not move a body are never written (nor paged in)
+    out = np.zeros((n, 10 * tree.n_bodies, num))
+    # blocks of one size (the last one overlaps its predecessor by < count samples), so
+    # that every block reuses the temporaries in ``work``
+    count = -(-num // BLOCK)
+    size = -(-num // max(count, 1))
+    work = _workspace(size)
+    # per body: its last joint, and the joints above it as an index of out
+    targets = [(chain[-1], _as_index(chain[:-1])) for chain in joint_chains(tree)]
+    for start in range(0, num, max(size, 1)):
+        block = slice(min(start, num - size), min(start, num - size) + size)
+        motion = forward_pass(tree, gravity, q[block], dq[block], ddq[block], steps, work)
+        # A of all bodies at once, (..., nb, B): the per-call overhead is shared
+        mass, first_moment, inertia = body_regressor_blocks(motion.velocity, motion.acceleration, work)
+        for b, (subspaces, (last, above)) in enumerate(zip(motion.subspaces, targets)):
+            # torque on joint k from body b: k's motion subspace in b's frame against b's wrench
+            blocks = mass[:, b], first_moment[:, :, b], inertia[:, :, b]
+            columns = slice(10 * b, 10 * b + 10)
+            # the last joint's subspace is constant: only its non-zeros are worth a product
+            _project_constant(out[last, columns, block], steps[last].motion, *blocks, work)
+            if isinstance(above, slice):
+                _project(out[above, columns, block], subspaces, *blocks)
+            elif above.size:
+                rows = work.empty("rows", (above.size, 10, size))
+                _project(rows, subspaces, *blocks)
+                out[above, columns, block] = rows
     return np.moveaxis(out, -1, 0)

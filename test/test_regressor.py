@@ -102,3 +102,18 @@ def test_regressor_rejects_wrong_shapes():
     robot = load_robot(BUNDLED[0])
     with pytest.raises(ValueError, match="shape"):
         robot.regressor(np.zeros((3, 6)), np.zeros((3, 6)), np.zeros((3, 6)))
+
+
+def test_regressor_blocks_match_one_block(monkeypatch):
+    """Blocks of samples (the last one overlapping), and reused temporaries, change nothing."""
+    from sysid_core import regressor as regressor_module
+    robot = load_robot(MODELS / "tree_arm.xml")
+    q, dq, ddq = _states(robot, np.random.default_rng(4), 37)
+    whole = robot.regressor(q, dq, ddq).copy()
+    monkeypatch.setattr(regressor_module, "BLOCK", 8)  # 5 blocks of 8, the last from sample 29
+    blocked = robot.regressor(q, dq, ddq)
+    np.testing.assert_array_equal(blocked, whole)
+    other = robot.regressor(q[::-1].copy(), dq[::-1].copy(), ddq[::-1].copy())  # same workspace
+    np.testing.assert_array_equal(blocked, whole)
+    np.testing.assert_array_equal(other, whole[::-1])
+    assert robot.regressor(q[:0], dq[:0], ddq[:0]).shape == (0, robot.n_joints, 10 * robot.n_bodies)
