@@ -17,9 +17,9 @@ Every control period (``control_rate_hz``, steady clock) the node
 Safety. A joint is tracked only while its command is younger than ``command_timeout_s``,
 was received after the last enable, and lies within ``max_position_error`` of the measured
 position. Otherwise its motor gets damping only: kp = 0, t_ff = 0, v_des = 0, its kd. A
-motor reporting a fault status (0x8-0xE), or silent for 3 cycles, is a fault: it is logged,
-reported on ``/diagnostics``, and while any fault lasts no joint is tracked (one limp joint
-in a stiff arm swings the rest unpredictably). Faults are cleared only by
+motor reporting a fault status (0x8-0xE), or silent for ``feedback_timeout_cycles`` (3)
+cycles, is a fault: it is logged, reported on ``/diagnostics``, and while any fault lasts no
+joint is tracked (one limp joint in a stiff arm swings the rest unpredictably). Faults are cleared only by
 ``sysid/damiao/clear_errors`` (clear error, then enable). ``sysid/damiao/disable`` and
 ``sysid/damiao/enable`` switch all motors; while disabled the node keeps polling the
 motors (state refresh, no motion) so ``joint_states`` goes on. The motors are disabled when
@@ -51,7 +51,6 @@ from sysid_core import damiao
 from sysid_core.damiao_arm import DamiaoArm, registers_to_limits
 from sysid_ros.entry_point import spin_node
 
-MISSED_CYCLES_FOR_FAULT = 3
 ENABLE_ATTEMPTS = 5
 REPLY_WAIT_S = 0.02          # per attempt; a motor answers within a fraction of a millisecond
 REGISTER_WAIT_S = 0.05
@@ -89,6 +88,7 @@ class DamiaoBridge(Node):
         self.declare_parameter('control_rate_hz', 500.0)
         self.declare_parameter('command_timeout_s', 0.1)
         self.declare_parameter('max_position_error', 0.5)
+        self.declare_parameter('feedback_timeout_cycles', 3)
         self.declare_parameter('read_limits_from_motor', True)
 
         self.published = self.frames_sent = self.frames_received = self.bus_errors = self.clamped = 0
@@ -113,11 +113,12 @@ class DamiaoBridge(Node):
         self._timeout = float(self._param('command_timeout_s'))
         self._max_error = float(self._param('max_position_error'))
         self._fd = bool(self._param('can_fd'))
+        self._silent_cycles = int(self._param('feedback_timeout_cycles'))
         if not (math.isfinite(self._rate) and 0 < self._rate <= 1000 and math.isfinite(self._timeout)
-                and self._timeout >= 2.0 / self._rate and self._max_error >= 0):
+                and self._timeout >= 2.0 / self._rate and self._max_error >= 0 and self._silent_cycles >= 1):
             raise ValueError(f"control_rate_hz must be in (0, 1000] Hz, command_timeout_s at least two "
-                             f"periods and max_position_error >= 0; got {self._rate}, {self._timeout}, "
-                             f"{self._max_error}")
+                             f"periods, max_position_error >= 0 and feedback_timeout_cycles >= 1; got "
+                             f"{self._rate}, {self._timeout}, {self._max_error}, {self._silent_cycles}")
         self.arm = self._arm_from_parameters()
         n = self.arm.n
         self._by_master = {mid: j for j, mid in enumerate(self.arm.master_ids)}
@@ -334,9 +335,9 @@ class DamiaoBridge(Node):
         waited = time.monotonic() - self._round_sent >= 0.5 / self._rate
         self._missed = np.where(self._answered, 0, self._missed + int(waited))
         self._answered[:] = False
-        for j in np.flatnonzero((self._missed >= MISSED_CYCLES_FOR_FAULT) & ~self.lost):
+        for j in np.flatnonzero((self._missed >= self._silent_cycles) & ~self.lost):
             self.lost[j] = True
-            self._log_fault(j, f"no feedback for {MISSED_CYCLES_FOR_FAULT} cycles")
+            self._log_fault(j, f"no feedback for {self._silent_cycles} cycles")
 
     def _publish_state(self) -> None:
         # one message per round of replies: a reply that missed this cycle (bus or scheduling
