@@ -50,6 +50,7 @@ setup(
         "sympy>=1.12",
         "pyyaml>=6.0",
         "python-can>=4.0",
+        "matplotlib>=3.5",  # the PNG figures next to params.json
     ],
     extras_require={
         "test": ["pytest", "hypothesis"],

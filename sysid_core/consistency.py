@@ -5,8 +5,8 @@ positive definite (inertia.py). The consistent solution minimises
 
     f(theta) = |S^-1 (P theta - beta)|^2 + |(theta - theta_nominal) / prior_scale|^2
 
-over theta with every J_i positive definite and every joint term (friction, armature)
-non-negative. S S^T is the covariance of the base estimate beta, so deviating by one
+over theta with every J_i positive definite and every sign-constrained joint term
+(friction, armature) non-negative. S S^T is the covariance of the base estimate beta, so deviating by one
 standard deviation costs one unit: well-determined combinations follow the data and only
 the directions the data leave free follow the weak nominal prior. f is a strictly convex
 quadratic and the feasible set is convex, so a log-det barrier with Newton steps
@@ -43,35 +43,45 @@ def prior_scale(nominal_bodies: np.ndarray, nominal_joint: np.ndarray) -> np.nda
     return np.concatenate([per_body.reshape(-1), joint])
 
 
-def _barrier(theta: np.ndarray, n_bodies: int):
-    """-sum log det J_i - sum log x_j with gradient and Hessian; None outside the domain."""
+def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray):
+    """-sum log det J_i - sum log x_j (x_j: the sign-constrained joint terms, ``signed`` (k,)
+    bool) with gradient and Hessian; None outside the domain."""
     bodies = theta[:10 * n_bodies].reshape(n_bodies, 10)
     joint = theta[10 * n_bodies:]
+    # unconstrained terms (offsets) enter as 1: log 1 = 0, and their derivatives are zeroed
+    x = np.where(signed, joint, 1.0)
     pseudo = pseudo_inertia(bodies)
-    chol_ok = np.all(np.linalg.eigvalsh(pseudo)[:, 0] > 0) and np.all(joint > 0)
+    chol_ok = np.all(np.linalg.eigvalsh(pseudo)[:, 0] > 0) and np.all(x > 0)
     if not chol_ok:
         return None
-    value = -np.sum(np.linalg.slogdet(pseudo)[1]) - np.sum(np.log(joint))
+    value = -np.sum(np.linalg.slogdet(pseudo)[1]) - np.sum(np.log(x))
     inv = np.linalg.inv(pseudo)
     m = np.einsum("bij,kjl->bkil", inv, _BASIS)  # J^-1 dJ/dtheta_k
     grad_bodies = -np.einsum("bkii->bk", m)
     hess_bodies = np.einsum("bkij,blji->bkl", m, m)
-    grad = np.concatenate([grad_bodies.reshape(-1), -1.0 / joint])
-    hess = scipy.linalg.block_diag(*hess_bodies, np.diag(1.0 / joint**2))
+    grad = np.concatenate([grad_bodies.reshape(-1), np.where(signed, -1.0 / x, 0.0)])
+    hess = scipy.linalg.block_diag(*hess_bodies, np.diag(np.where(signed, 1.0 / x**2, 0.0)))
     return value, grad, hess
 
 
 def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: np.ndarray,
-                          nominal: np.ndarray, n_bodies: int, tolerance: float = 1e-10) -> np.ndarray:
+                          nominal: np.ndarray, n_bodies: int, tolerance: float = 1e-10,
+                          nonnegative: np.ndarray | None = None) -> np.ndarray:
     """Standard parameters (p,) closest to the data, physically consistent.
 
     ``projection`` (r, p) maps standard to base parameters; ``beta`` (r,) and ``covariance``
     (r, r) are the base estimate; ``nominal`` (p,) the model's parameters, whose first
-    10 * n_bodies entries are bodies and the rest non-negative joint terms (friction,
-    armature). Bodies come out strictly realisable, joint terms strictly positive (a
-    term the data put at zero comes out within ``tolerance`` of it, relative).
+    10 * n_bodies entries are bodies and the rest joint terms. ``nonnegative`` (p - 10
+    n_bodies,) bool marks the joint terms that cannot be negative (friction, armature; not
+    a torque offset); default all. Bodies come out strictly realisable, those joint terms
+    strictly positive (a term the data put at zero comes out within ``tolerance`` of it,
+    relative).
     """
     n_inertial = 10 * n_bodies
+    signed = np.ones(len(nominal) - n_inertial, dtype=bool) if nonnegative is None \
+        else np.asarray(nonnegative, dtype=bool)
+    if signed.shape != (len(nominal) - n_inertial,):
+        raise ValueError(f"nonnegative has shape {signed.shape}, expected ({len(nominal) - n_inertial},)")
     nominal_bodies = nominal[:n_inertial].reshape(n_bodies, 10)
     scale = prior_scale(nominal_bodies, nominal[n_inertial:])
     # floor the uncertainty at a millionth: noise-free data would otherwise give standard
@@ -90,11 +100,12 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
     # nominal model, each body nudged inside the cone, joint terms made positive
     theta = nominal + np.linalg.pinv(projection) @ (beta - projection @ nominal)
     theta[:n_inertial] = nearest_consistent(theta[:n_inertial].reshape(n_bodies, 10), 1e-3).reshape(-1)
-    theta[n_inertial:] = np.maximum(theta[n_inertial:], 1e-3 * scale[n_inertial:])
+    theta[n_inertial:] = np.where(signed, np.maximum(theta[n_inertial:], 1e-3 * scale[n_inertial:]),
+                                  theta[n_inertial:])
     mu = max(objective(theta), 1.0) / len(theta)
     while True:
         for _ in range(100):  # Newton on f + mu * barrier
-            value, grad_b, hess_b = _barrier(theta, n_bodies)
+            value, grad_b, hess_b = _barrier(theta, n_bodies, signed)
             grad = 2.0 * (gram @ theta - rhs) + mu * grad_b
             hess = 2.0 * gram + mu * hess_b
             d = 1.0 / np.sqrt(np.diag(hess))  # Jacobi scaling: the data weights span many decades
@@ -106,7 +117,7 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
             t = 1.0
             while t > 1e-12:  # backtrack: stay inside the domain and decrease
                 trial = theta + t * step
-                barrier = _barrier(trial, n_bodies)
+                barrier = _barrier(trial, n_bodies, signed)
                 if barrier is not None and objective(trial) + mu * barrier[0] <= current - 0.25 * t * decrement:
                     break
                 t *= 0.5

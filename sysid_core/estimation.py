@@ -14,6 +14,7 @@ from .errors import IdentificationError
 
 ESTIMATORS = ("ols", "ridge", "wls")
 RANK_TOLERANCE = 1e-10  # smallest singular value of the column-scaled regressor, relative
+HUBER_K = 1.345  # Huber threshold in noise standard deviations: 95 % efficiency on Gaussian noise
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,12 +120,56 @@ def weighted_least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimat
     return Estimate(values, scale * inv_gram, per_joint, "wls")
 
 
-def estimate(regressor: np.ndarray, torque: np.ndarray, method: str = "wls", ridge_alpha: float = 1e-6) -> Estimate:
-    """Dispatch to the estimator named ``method`` (one of ESTIMATORS)."""
+def _mad_scale(residual: np.ndarray) -> np.ndarray:
+    """Per-joint noise scale (n,) from residuals (N, n) that outliers do not inflate: 1.4826 MAD."""
+    centred = residual - np.median(residual, axis=0)
+    scale = 1.4826 * np.median(np.abs(centred), axis=0)
+    return np.maximum(scale, 1e-12 * max(float(np.max(scale)), 1e-300))
+
+
+def robust_least_squares(regressor: np.ndarray, torque: np.ndarray, iterations: int = 50,
+                         tolerance: float = 1e-9) -> Estimate:
+    """Huber M-estimate by iteratively reweighted least squares, per-joint scaled like WLS.
+
+    Every equation (sample, joint) gets the weight min(1, HUBER_K / |r / s_j|), r its residual
+    and s_j the joint's robust noise scale (1.4826 MAD); weights are one value per equation,
+    applied by scaling rows, so memory stays linear in N. Gaussian noise loses ~5 % efficiency;
+    a spike (a CAN glitch, a collision, a sensor dropout) pulls the fit with a bounded
+    weight instead of its square. Covariance: that of the last weighted solve, scaled by its
+    residual variance.
+    """
+    values = least_squares(regressor, torque).values
+    weights = np.ones(torque.shape)
+    for _ in range(iterations):
+        residual = torque - regressor @ values
+        scale = _mad_scale(residual)
+        z = np.abs(residual / scale)
+        weights = np.minimum(1.0, HUBER_K / np.maximum(z, 1e-300))
+        root = np.sqrt(weights) / scale
+        w, y = _flat(regressor * root[..., None], torque * root)
+        new, inv_gram = _ols(w, y)
+        step = np.max(np.abs(new - values) / np.maximum(np.abs(new), 1e-300))
+        values = new
+        if step < tolerance:
+            break
+    residual = y - w @ values
+    variance = residual @ residual / (w.shape[0] - w.shape[1])
+    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
+    return Estimate(values, variance * inv_gram, per_joint, "irls")
+
+
+def estimate(regressor: np.ndarray, torque: np.ndarray, method: str = "wls", ridge_alpha: float = 1e-6,
+             robust: bool = False) -> Estimate:
+    """Dispatch to the estimator named ``method`` (one of ESTIMATORS); ``robust`` replaces it by
+    ``robust_least_squares`` (which weights per joint like wls; not combinable with ridge)."""
+    if method not in ESTIMATORS:
+        raise ValueError(f"unknown estimator '{method}'; choose one of {ESTIMATORS}")
+    if robust:
+        if method == "ridge":
+            raise ValueError("robust weighting is not available with the ridge estimator")
+        return robust_least_squares(regressor, torque)
     if method == "ols":
         return least_squares(regressor, torque)
     if method == "ridge":
         return ridge(regressor, torque, ridge_alpha)
-    if method == "wls":
-        return weighted_least_squares(regressor, torque)
-    raise ValueError(f"unknown estimator '{method}'; choose one of {ESTIMATORS}")
+    return weighted_least_squares(regressor, torque)

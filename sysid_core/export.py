@@ -26,6 +26,8 @@ import numpy as np
 from .damiao import _normalise as _motor_name
 from .damiao import motor_limits
 from .errors import IdentificationError, ModelError
+from .friction import PARAMETER_UNITS as _FRICTION_UNITS
+from .friction import FrictionModel, JointFriction
 from .inertia import PARAMETER_NAMES, consistency_violations, to_com_inertia
 
 _INERTIA_KEYS = PARAMETER_NAMES[4:]  # Ixx, Ixy, Ixz, Iyy, Iyz, Izz
@@ -131,6 +133,19 @@ def _truth_sections(result, truth, terminal_theta) -> tuple[dict, dict]:
     return truth_doc, error
 
 
+def _per_joint(result, values) -> dict | None:
+    return None if values is None else {j: _num(values[i]) for i, j in enumerate(result.joint_names)}
+
+
+def _joint_frictions(result) -> tuple:
+    """Each joint's JointFriction: the result's own, else its Coulomb and viscous terms."""
+    if getattr(result, "friction", None) is not None:
+        return tuple(result.friction)
+    smoothing = result.config.joint_model.smoothing
+    return tuple(JointFriction(FrictionModel(), (float(c), float(v)), (), smoothing)
+                 for c, v in zip(result.coulomb, result.viscous))
+
+
 def params_document(result, robot, source: str, truth=None) -> dict:
     """The params.json document (a dict of JSON-ready values) for ``result`` on ``robot``.
 
@@ -147,7 +162,6 @@ def params_document(result, robot, source: str, truth=None) -> dict:
     identified = {b: f"{b}.m" in result.column_names for b in result.body_names}
     violations = {b: consistency_violations(result.body_parameters[i]) for i, b in enumerate(result.body_names)}
     rmse_joint = np.asarray(metrics.rmse_per_joint, dtype=float)
-    val_joint = metrics.validation_rmse_per_joint
     doc = {
         # --- the reference tool's keys, same meaning ---
         "joint_name": result.terminal_joint,
@@ -173,10 +187,11 @@ def params_document(result, robot, source: str, truth=None) -> dict:
         "joints": [{"name": j, "coulomb_friction": _num(result.coulomb[i]), "viscous_friction": _num(result.viscous[i]),
                     "armature": _num(result.armature[i]), "offset": _num(result.offset[i]),
                     "rmse": _num(rmse_joint[i])} for i, j in enumerate(result.joint_names)],
-        "rmse_per_joint": {j: _num(rmse_joint[i]) for i, j in enumerate(result.joint_names)},
+        "rmse_per_joint": _per_joint(result, rmse_joint),
         "validation_rmse": _num(metrics.validation_rmse),
-        "validation_rmse_per_joint": (None if val_joint is None else
-                                      {j: _num(val_joint[i]) for i, j in enumerate(result.joint_names)}),
+        "validation_rmse_per_joint": _per_joint(result, metrics.validation_rmse_per_joint),
+        "relative_rmse_per_joint": _per_joint(result, metrics.relative_rmse_per_joint),
+        "validation_relative_rmse_per_joint": _per_joint(result, metrics.validation_relative_rmse_per_joint),
         "base_parameters": [{"name": n, "expression": e, "value": _num(v), "std": _num(s), "relative_std_percent": _num(r)}
                             for n, e, v, s, r in zip(result.base.names, result.base.expressions, result.estimate.values,
                                                      result.estimate.std, result.estimate.relative_std)],
@@ -184,6 +199,12 @@ def params_document(result, robot, source: str, truth=None) -> dict:
         "physically_consistent": {b: not violations[b] for b in result.body_names},
         "consistency_violations": {b: v for b, v in violations.items() if v},
     }
+    # each joint's friction law and all its parameters (the joints' coulomb_friction and
+    # viscous_friction stay its Coulomb level and linear viscous coefficient)
+    doc["friction_models"] = {j: {"model": f.model.name, "parameters": {k: _num(v) for k, v in f.parameters.items()}}
+                              for j, f in zip(result.joint_names, _joint_frictions(result))}
+    used = {k for entry in doc["friction_models"].values() for k in entry["parameters"]}
+    doc["friction_parameter_units"] = {k: u for k, u in _FRICTION_UNITS.items() if k in used}
     if truth is not None:
         doc["truth"], doc["error"] = _truth_sections(result, truth, theta)
     return doc

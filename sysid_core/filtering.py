@@ -36,6 +36,11 @@ class FilterConfig:
     trim_s: seconds dropped at both ends, where the filter's edge transients live.
     resample: interpolate a jittered recording (hardware drivers stamp samples when they
     arrive) onto a uniform grid instead of rejecting it; see ``resample_uniform``.
+    velocity_from_position: differentiate the filtered position for dq instead of filtering
+    the measured velocity, for drives whose velocity estimate lags the position (a moving
+    average over a few milliseconds). Off by default: a good velocity signal beats the
+    derivative of a quantised position (on Damiao quantisation, 0.022 rad/s and 3.8e-4 rad
+    steps of a DM8009 at 1 kHz and 10 Hz cutoff, ddq errs half as much from the velocity).
     """
 
     cutoff_hz: float = 10.0
@@ -43,6 +48,7 @@ class FilterConfig:
     decimation: int = 1
     trim_s: float = 0.2
     resample: bool = True
+    velocity_from_position: bool = False
 
     def __post_init__(self):
         if not np.isfinite(self.cutoff_hz) or self.cutoff_hz <= 0:
@@ -164,9 +170,10 @@ def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
     if recording.ddq is None:
         smooth = (lambda x: lowpass(x, fs, config.cutoff_hz, config.order))
         try:
-            q, dq, tau = smooth(q), smooth(dq), smooth(tau)
+            q, tau = smooth(q), smooth(tau)
         except DataError:  # shorter than the filter's edge padding
             return None
+        dq = derivative(q, fs) if config.velocity_from_position else smooth(dq)
         ddq = smooth(derivative(dq, fs))
     else:
         ddq = np.asarray(recording.ddq, dtype=float)

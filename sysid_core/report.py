@@ -66,6 +66,20 @@ def _terminal_rows(doc: dict, truth: dict | None, error: dict | None) -> list:
     return rows
 
 
+def _friction_lines(doc: dict) -> list:
+    """Each joint's friction law and parameters (one line when every joint is coulomb_viscous)."""
+    models = doc.get("friction_models") or {}
+    if not models:
+        return []
+    if all(m["model"] == "coulomb_viscous" for m in models.values()):
+        return ["  friction model: coulomb_viscous on every joint (coulomb and viscous columns above)"]
+    units = doc.get("friction_parameter_units") or {}
+    rows = [[joint, m["model"],
+             ", ".join(f"{k} {_g(v, '.4g')}" + (f" {units[k]}" if units.get(k, "1") != "1" else "")
+                       for k, v in m["parameters"].items())] for joint, m in models.items()]
+    return ["", "Friction models"] + _table(["joint", "model", "parameters"], rows, left=3)
+
+
 def format_result(result, document: dict) -> str:
     """The result table printed after an identification, as one string (no trailing newline).
 
@@ -101,7 +115,7 @@ def format_result(result, document: dict) -> str:
     lines += ["", "Joints"]
     header = ["joint", "coulomb [N m]", "viscous [N m s/rad]", "armature [kg m^2]", "offset [N m]", "RMSE [N m]"]
     if doc.get("validation_rmse_per_joint"):
-        header.append("validation RMSE [N m]")
+        header += ["validation RMSE [N m]", "validation rel. [%]"]
     if truth:
         header += ["coulomb truth [N m]", "viscous truth [N m s/rad]"]
     rows = []
@@ -110,11 +124,14 @@ def format_result(result, document: dict) -> str:
         cells = [name, _g(joint["coulomb_friction"]), _g(joint["viscous_friction"]), _g(joint["armature"]),
                  _g(joint["offset"]), _g(joint["rmse"])]
         if doc.get("validation_rmse_per_joint"):
-            cells.append(_g(doc["validation_rmse_per_joint"].get(name)))
+            relative = (doc.get("validation_relative_rmse_per_joint") or {}).get(name)
+            cells += [_g(doc["validation_rmse_per_joint"].get(name)),
+                      "n/a" if relative is None else f"{100 * relative:.1f}"]
         if truth:
             cells += [_g(truth["coulomb_friction"].get(name)), _g(truth["viscous_friction"].get(name))]
         rows.append(cells)
     lines += _table(header, rows)
+    lines += _friction_lines(doc)
 
     n_standard = len(result.column_names)
     summary = [

@@ -59,6 +59,44 @@ class MeasurementNoise:
         return cls(q_std=0.0, dq_std=0.0, tau_std=0.0)
 
 
+@dataclass(frozen=True)
+class StribeckFriction:
+    """A plant's Stribeck friction beyond MuJoCo's own, for ``simulate_tracking(joint_friction=...)``.
+
+    f(dq) = (coulomb + excess exp(-(|dq| / velocity)^exponent)) tanh(dq / sign_velocity) + viscous dq,
+    per joint, N m for dq in rad/s: ``excess`` N m the static level above the Coulomb level
+    (the Stribeck peak at rest), ``velocity`` rad/s the Stribeck velocity, ``exponent`` the
+    shape (2: Gaussian), ``coulomb`` N m and ``viscous`` N m s/rad extra Coulomb and viscous
+    levels (0 by default: the MJCF's frictionloss and damping already provide them).
+    ``sign_velocity`` rad/s smooths the sign: the torque is applied explicitly, once per step,
+    and a discontinuous one would chatter around zero velocity. Scalars or (n,) arrays.
+    Written here independently of the identification's friction models: it is the truth.
+    """
+
+    excess: object
+    velocity: object
+    exponent: object = 2.0
+    coulomb: object = 0.0
+    viscous: object = 0.0
+    sign_velocity: float = 0.02
+
+    def __post_init__(self):
+        for name in ("excess", "velocity", "exponent", "coulomb", "viscous"):
+            value = np.asarray(getattr(self, name), dtype=float)
+            if not np.all(np.isfinite(value)) or np.any(value < 0):
+                raise ValueError(f"StribeckFriction.{name} must be finite and >= 0, got {value.tolist()}")
+        if np.any(np.asarray(self.velocity, dtype=float) <= 0) or np.any(np.asarray(self.exponent, dtype=float) <= 0):
+            raise ValueError("StribeckFriction velocity and exponent must be > 0")
+        if not self.sign_velocity > 0:
+            raise ValueError(f"StribeckFriction.sign_velocity must be > 0 rad/s, got {self.sign_velocity}")
+
+    def __call__(self, dq) -> np.ndarray:
+        """Friction torque N m opposing dq (rad/s), the shape of dq broadcast with the parameters."""
+        dq = np.asarray(dq, dtype=float)
+        level = self.coulomb + self.excess * np.exp(-np.power(np.abs(dq) / self.velocity, self.exponent))
+        return level * np.tanh(dq / self.sign_velocity) + self.viscous * dq
+
+
 def _model_joint_names(model: mujoco.MjModel) -> tuple:
     return tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}"
                  for j in range(model.njnt))
@@ -233,7 +271,8 @@ def measure(x: np.ndarray, std: float, resolution: float, gen: np.random.Generat
 
 def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward, kp, kd,
                       noise: MeasurementNoise = MeasurementNoise(), seed=None, joint_names=None,
-                      progress: Callable[[float], None] | None = None) -> Recording:
+                      progress: Callable[[float], None] | None = None,
+                      joint_friction: Callable[[np.ndarray], np.ndarray] | None = None) -> Recording:
     """Forward-simulate the arm tracking ``trajectory`` under PD + feedforward control.
 
     At every sample i (the control and measurement instants, uniform at the trajectory's
@@ -246,6 +285,11 @@ def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward
     kp (N m/rad), kd (N m s/rad): scalars or (n,); see ``default_gains``.
     noise: added to the recorded q, dq and commanded tau after the run (``seed`` seeds it).
     progress: called with the completed fraction in [0, 1] about every 5 % of the run.
+    joint_friction: extra friction of the plant beyond the MJCF's frictionloss and damping, e.g.
+    a ``StribeckFriction``: f(qvel (n,) rad/s) -> (n,) N m, the torque opposing the motion;
+    -f(qvel) is added to the commanded torque in ``qfrc_applied`` before every MuJoCo step
+    (re-evaluated each step, not held per sample). The recorded torque stays the commanded one,
+    as a motor reports it.
     Returns a Recording (N samples, time as planned) with ddq=None: accelerations must
     come from the measurements. Raises DataError if the simulation diverges, ValueError
     for a timestep that does not divide the sample period or for bad gains.
@@ -282,7 +326,11 @@ def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward
             if i == num - 1:
                 break
             try:
-                step(model, data, tau, steps)
+                if joint_friction is None:
+                    step(model, data, tau, steps)
+                else:
+                    for _ in range(steps):  # friction follows the velocity within the sample
+                        step(model, data, tau - joint_friction(np.array(qvel)), 1)
             except DataError:
                 raise DataError(f"simulation diverged between t={time[i]:.4f} s and t={time[i + 1]:.4f} s "
                                 f"(MuJoCo: {' '.join(messages) or 'bad state'}): the gains are too high "

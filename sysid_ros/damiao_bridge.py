@@ -6,7 +6,8 @@ every motor, retrying, and wait for its feedback on its master id. A motor that 
 answers stops the start: every motor is disabled again and the node raises.
 
 Every control period (``control_rate_hz``, steady clock) the node
-1. takes the feedback frames that arrived (the motors answer each frame once),
+1. takes the feedback frames that arrived (the motors answer each frame once), waiting up
+   to a quarter period for replies still missing,
 2. once every motor has answered since the last message, publishes ``joint_states``:
    position, velocity and torque mapped to the joint side (direction, offset), stamped with
    the bus time of the newest reply (a motor lost to a fault is left out of the message),
@@ -54,6 +55,7 @@ from sysid_ros.entry_point import spin_node
 ENABLE_ATTEMPTS = 5
 REPLY_WAIT_S = 0.02          # per attempt; a motor answers within a fraction of a millisecond
 REGISTER_WAIT_S = 0.05
+REPLY_GRACE = 0.25           # of a control period, waited each cycle for replies still missing
 DIAGNOSTICS_PERIOD_S = 1.0
 WARN_PERIOD_S = 5.0
 MAX_NAME_LAYOUTS = 64       # name orders of joint_command remembered (a publisher sends one or two)
@@ -320,6 +322,11 @@ class DamiaoBridge(Node):
             return
         while self._receive():
             pass
+        # a reply or two still on the wire: wait a fraction of the period for them rather than
+        # skip this cycle's joint_states (the wait releases the CPU to whoever sends them)
+        deadline = time.monotonic() + REPLY_GRACE * (1.0 / self._rate)
+        while not np.all(self._answered | self.lost) and time.monotonic() < deadline:
+            self._receive(timeout=max(deadline - time.monotonic(), 0.0))
         self._check_feedback()
         self._publish_state()
         self._round_sent = time.monotonic()

@@ -36,11 +36,11 @@ from std_srvs.srv import Trigger
 
 from sysid_core import friction
 from sysid_core.errors import DataError, ModelError, SysidError
-from sysid_core.estimation import ESTIMATORS
 from sysid_core.export import params_document, write_params_json, write_updated_model
 from sysid_core.filtering import FilterConfig
-from sysid_core.identification import SCOPES, IdentificationConfig, identify
+from sysid_core.identification import ESTIMATORS, SCOPES, IdentificationConfig, identify
 from sysid_core.model import Robot, load_robot
+from sysid_core.plots import write_plots
 from sysid_core.recording import Recording
 from sysid_core.report import format_result
 from sysid_ros.entry_point import spin_node
@@ -66,9 +66,12 @@ PARAMETERS = {
     "terminal_body": ("", "body to identify in the terminal scope; empty: the deepest moving body"),
     "scope": ("terminal", f"one of {SCOPES}: terminal body + joint friction, or the whole arm's base parameters"),
     "estimator": ("wls", f"one of {ESTIMATORS}"),
+    "robust": (False, "Huber IRLS weighting: outlying samples (glitches, contacts) get a bounded weight"),
     "friction_terms": (["coulomb", "viscous"], f"per-joint terms to identify, from {friction.TERMS}"),
     "coulomb_smoothing": (0.0, "rad/s; Coulomb friction as tanh(dq / s) instead of sign(dq) when > 0"),
     "cutoff_hz": (10.0, "Hz, low-pass cutoff of the measured q, dq and effort"),
+    "velocity_from_position": (False, "differentiate the position instead of using JointState.velocity "
+                                      "(for drives whose velocity lags)"),
     "decimation": (1, "keep every n-th sample after filtering; the regressor needs ~4 kB per kept "
                       "sample of a 7-joint arm, so decimate long recordings"),
     "output_dir": ("sysid_output", "directory of params.json and updated_model.xml"),
@@ -82,6 +85,7 @@ PARAMETERS = {
                                                  "(tau = effort * torque_constant * gear_ratio); unset: 1"),
     "seed": (0, "seed of the random states of the base-parameter analysis"),
     "identify_on_done": (False, "identify once each time /sysid/done turns true (the excitation ended)"),
+    "plots": (True, "write torque_fit.png, residuals.png and parameters.png next to params.json"),
 }
 
 
@@ -423,9 +427,10 @@ class Identifier(Node):
                 raise ValueError(reason)
         p = self._param
         return IdentificationConfig(
-            scope=p("scope"), estimator=p("estimator"),
+            scope=p("scope"), estimator=p("estimator"), robust=p("robust"),
             joint_model=friction.JointModel(tuple(p("friction_terms")), p("coulomb_smoothing")),
-            filter=FilterConfig(cutoff_hz=p("cutoff_hz"), decimation=p("decimation")), seed=p("seed"))
+            filter=FilterConfig(cutoff_hz=p("cutoff_hz"), decimation=p("decimation"),
+                                velocity_from_position=p("velocity_from_position")), seed=p("seed"))
 
     def _recording(self, robot: Robot) -> Recording:
         """The buffer as a Recording in robot joint order, effort converted to joint torque."""
@@ -491,6 +496,11 @@ class Identifier(Node):
         except (SysidError, OSError) as err:
             model_path, model_error = None, _one_line(err)
             self.get_logger().error(f"updated_model.xml not written: {model_error}")
+        if self._param("plots"):
+            try:
+                write_plots(output, robot, result, recording)
+            except (ImportError, OSError, ValueError) as err:  # a figure never costs the result
+                self.get_logger().error(f"plots not written: {_one_line(err)}")
         self._result_pub.publish(String(data=json.dumps(document)))
         self.last_report = format_result(result, document)
         self.get_logger().info("\n" + self.last_report)

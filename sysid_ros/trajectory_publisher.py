@@ -13,6 +13,16 @@ With ``send_trajectory`` it instead publishes the profile once as a JointTraject
 ros2_control joint_trajectory_controller (topic
 ``joint_trajectory_controller/joint_trajectory``, remap it to the controller's) and only reports progress by time.
 
+The excitation (parameter ``excitation``): ``multisine`` (random sinusoids scaled to
+``amplitude_fraction`` of each joint's range and to ``max_velocity``, seeded by ``seed``);
+``optimized`` (a Fourier series at rest at both ends whose base regressor is best conditioned,
+within the joint range, ``max_velocity`` and the model's actuator torque limits; the search
+takes up to ``excitation_time_limit`` s when the node starts); ``file`` (replay
+``trajectory_file``, a .json or .csv written by ``sysid-identify --save-trajectory`` or
+``save_trajectory``: resampled to ``rate_hz`` when its duration is a whole number of periods
+there, refused when not, when its joints differ from the model's, when it leaves the joint
+range or exceeds ``max_velocity``). ``duration`` applies to the first two.
+
 ``sysid/progress``: Float32, 0..1 of the profile, on every whole percent.
 ``sysid/done``: Bool, transient local; False when a run starts or is stopped, True once the
 arm is back at rest.
@@ -29,9 +39,12 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from sysid_core.errors import SysidError
 from sysid_core.excitation import excitation_with_approach_and_rest, multisine
 from sysid_core.model import load_robot
+from sysid_core.trajectory import load_trajectory, resample
 from sysid_ros.entry_point import spin_node
 
-EXCITATIONS = ('multisine',)
+EXCITATIONS = ('multisine', 'optimized', 'file')
+# a replayed file may exceed max_velocity or the joint range by rounding only
+FILE_TOLERANCE = 1e-9
 # send_trajectory: time the controller gets to stop at the measured pose on sysid/stop (s)
 STOP_TIME_S = 0.1
 WARN_PERIOD_S = 5.0
@@ -51,6 +64,8 @@ class TrajectoryPublisher(Node):
         self.declare_parameter('amplitude_fraction', 0.8)
         self.declare_parameter('rate_hz', 500.0)
         self.declare_parameter('excitation', 'multisine')
+        self.declare_parameter('trajectory_file', '')
+        self.declare_parameter('excitation_time_limit', 30.0)
         self.declare_parameter('autostart', True)
         self.declare_parameter('send_trajectory', False)
 
@@ -98,17 +113,55 @@ class TrajectoryPublisher(Node):
             raise ValueError(f"unknown excitation '{kind}' (supported: {', '.join(EXCITATIONS)})")
         if not (self._rate > 0 and self._max_velocity > 0):
             raise ValueError(f'rate_hz and max_velocity must be > 0, got {self._rate} and {self._max_velocity}')
-        self.robot = load_robot(path)
-        # amplitude_fraction: share of each joint's half-range the excitation sweeps (reduce it for
-        # a first run on hardware); multisine rejects values outside (0, 1]
-        self.plan = multisine(self.robot.joint_range, float(self.get_parameter('duration').value), self._rate,
-                              seed=self.get_parameter('seed').value, max_velocity=self._max_velocity,
-                              amplitude_fraction=float(self.get_parameter('amplitude_fraction').value))
+        robot = load_robot(path)
+        self.plan = self._plan(kind, robot)
+        self.robot = robot  # only once there is a plan: start() needs both
         # the first inverse-dynamics call pays a one-off setup; do it here, not when starting
         self.robot.inverse_dynamics(self.plan.q[:2], self.plan.dq[:2], self.plan.ddq[:2])
         self.get_logger().info(
             f'{kind} excitation of {self.plan.time[-1]:g} s at {self._rate:g} Hz for {path} '
             f'({self.robot.n_joints} joints {list(self.robot.joint_names)})')
+
+    def _plan(self, kind: str, robot):
+        """The excitation Trajectory at rate_hz for ``robot``; raises SysidError or ValueError."""
+        duration = float(self.get_parameter('duration').value)
+        if kind == 'optimized':
+            # imported only for this kind: the search (scipy.optimize) stays out of the node otherwise
+            from sysid_core.excitation_design import optimize_excitation
+            design = optimize_excitation(
+                robot, duration, self._rate, seed=self.get_parameter('seed').value, max_velocity=self._max_velocity,
+                time_limit_s=float(self.get_parameter('excitation_time_limit').value))
+            self.get_logger().info(
+                f'optimized excitation: condition number {design.condition_number:.1f} after {design.restarts} '
+                f'starts in {design.elapsed_s:.1f} s, limits met: {design.limits_met}')
+            if not design.limits_met:
+                raise ValueError('the optimized excitation does not meet the joint limits')
+            return design.trajectory
+        if kind == 'file':
+            path = self.get_parameter('trajectory_file').value
+            if not path:
+                raise ValueError("excitation 'file' needs parameter 'trajectory_file'")
+            plan, _ = load_trajectory(path, robot.joint_names)
+            try:
+                plan = resample(plan, self._rate)
+            except ValueError as exc:
+                raise ValueError(f'{path} cannot be played at rate_hz {self._rate:g}: {exc}') from None
+            lower, upper = robot.joint_range[:, 0], robot.joint_range[:, 1]
+            outside = np.flatnonzero(np.any((plan.q < lower - FILE_TOLERANCE) | (plan.q > upper + FILE_TOLERANCE),
+                                            axis=0))
+            if outside.size:
+                raise ValueError(f'{path} leaves the joint range of joints '
+                                 f'{[robot.joint_names[j] for j in outside]}')
+            peak = float(np.max(np.abs(plan.dq)))
+            if peak > self._max_velocity * (1 + FILE_TOLERANCE):
+                raise ValueError(f'{path} reaches {peak:.3f} rad/s, above max_velocity {self._max_velocity:g} rad/s '
+                                 f'(raise max_velocity to play it)')
+            return plan
+        # amplitude_fraction: share of each joint's half-range the excitation sweeps (reduce it for
+        # a first run on hardware); multisine rejects values outside (0, 1]
+        return multisine(robot.joint_range, duration, self._rate, seed=self.get_parameter('seed').value,
+                         max_velocity=self._max_velocity,
+                         amplitude_fraction=float(self.get_parameter('amplitude_fraction').value))
 
     # --- callbacks --------------------------------------------------------------------------
 

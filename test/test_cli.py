@@ -41,6 +41,16 @@ def test_cli_writes_params_model_and_damiao_csv(run_output, capsys):
     assert header.split(",")[:4] == ["time", "j0_pos", "j0_vel", "j0_tau"]
     rows = np.array([[float(x) for x in line.split(",")] for line in lines if line[0].isdigit()])
     assert np.abs(rows[:, 3::3]).max() > 0.1  # feed-forward torques, not zeros
+    for png in ("torque_fit.png", "residuals.png", "parameters.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    # the relative validation error per joint, alongside the absolute one
+    assert set(params["validation_relative_rmse_per_joint"]) == set(params["rmse_per_joint"])
+    assert all(0 < v < 0.5 for v in params["validation_relative_rmse_per_joint"].values())
+
+
+def test_cli_no_plots(tmp_path):
+    assert main([NOMINAL, "--duration", "4", "--source", "ideal", "--no-plots", "--output-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "params.json").is_file() and not list(tmp_path.glob("*.png"))
 
 
 @pytest.mark.parametrize("args, pattern", [

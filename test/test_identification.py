@@ -101,3 +101,23 @@ def test_motion_of_one_joint_cannot_identify_the_payload(exact_panda):
     still = type(plan)(plan.time, plan.q * frozen + (1 - frozen) * plan.q[0], plan.dq * frozen, plan.ddq * frozen)
     with pytest.raises(IdentificationError, match="rank"):
         identify(nominal, ideal_recording(truth.model, still, truth.joint_names))
+
+
+def test_validation_on_another_excitation_reports_absolute_and_relative_error(exact_panda):
+    """Identified on the arm without payload, validated on the arm with it: the validation
+    error is exactly the payload's torque, per joint, in N m and relative to the torque."""
+    nominal, truth, _ = exact_panda
+    config = IdentificationConfig(scope="terminal", estimator="ols", joint_model=JointModel(("viscous",)))
+    plan = multisine(nominal.joint_range, 6.0, 200.0, seed=3, max_velocity=2.0)
+    check = multisine(nominal.joint_range, 4.0, 200.0, seed=30, max_velocity=2.0)
+    result = identify(nominal, ideal_recording(nominal.model, plan, nominal.joint_names), config,
+                      validation=ideal_recording(truth.model, check, truth.joint_names))
+    # oracle: mj_inverse of both models along the validation plan, less the trimmed ends
+    keep = slice(round(0.2 * 200), -round(0.2 * 200))
+    tau_truth = truth.inverse_dynamics(check.q, check.dq, check.ddq)[keep]
+    missed = tau_truth - nominal.inverse_dynamics(check.q, check.dq, check.ddq)[keep]
+    expected = np.sqrt(np.mean(missed**2, axis=0))
+    np.testing.assert_allclose(result.metrics.validation_rmse_per_joint, expected, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(result.metrics.validation_relative_rmse_per_joint,
+                               expected / np.sqrt(np.mean(tau_truth**2, axis=0)), rtol=1e-6)
+    assert result.metrics.relative_rmse_per_joint.max() < 1e-8   # in-sample the fit is exact

@@ -1,0 +1,341 @@
+"""Optimized Fourier excitation, trajectory files, and their use by the CLI and trajectory_publisher.
+
+Oracles are independent of the code under test: finite differences for the derivatives,
+MuJoCo's mj_inverse for the torques, a direct SVD for the condition numbers, polynomials
+that quintic Hermite interpolation must reproduce exactly.
+"""
+import json
+
+import mujoco
+import numpy as np
+import pytest
+
+from conftest import MODELS, ROBOTS
+from sysid_core.cli import main
+from sysid_core.errors import DataError
+from sysid_core.excitation import multisine
+from sysid_core.excitation_design import (ExcitationDesign, actuator_torque_limits, optimize_excitation,
+                                          regressor_condition, rest_to_rest_series)
+from sysid_core.identification import IdentificationConfig, base_regressor
+from sysid_core.model import load_robot
+from sysid_core.trajectory import Trajectory, load_trajectory, resample, save_trajectory
+
+PLANAR = MODELS / "planar_2r_vertical.xml"
+OPENARM = ROBOTS / "openarm_class.xml"
+FULL = IdentificationConfig(scope="full")
+
+
+@pytest.fixture(scope="module")
+def planar():
+    return load_robot(PLANAR)
+
+
+@pytest.fixture(scope="module")
+def design(planar):
+    """One optimized excitation of the vertical 2R arm, within velocity, acceleration and torque limits."""
+    return optimize_excitation(planar, 6.0, 500.0, config=FULL, base_frequency=1 / 3, n_harmonics=5, seed=3,
+                               max_velocity=2.5, max_acceleration=12.0, torque_limits=[25.0, 8.0],
+                               time_limit_s=6.0, max_restarts=2, max_iterations=40)
+
+
+def _inverse_dynamics_mujoco(model, q, dq, ddq):
+    """Joint torques (N, n) from mj_inverse, sample by sample: the independent oracle."""
+    data = mujoco.MjData(model)
+    out = np.empty_like(q)
+    for i in range(q.shape[0]):
+        data.qpos[:], data.qvel[:], data.qacc[:] = q[i], dq[i], ddq[i]
+        mujoco.mj_inverse(model, data)
+        out[i] = data.qfrc_inverse
+    return out
+
+
+# --- the Fourier series ---------------------------------------------------------------------
+
+def test_series_is_at_rest_at_start_and_after_every_period():
+    rng = np.random.default_rng(0)
+    start = np.array([0.3, -1.2, 2.0])
+    series = rest_to_rest_series(rng.normal(size=(3, 8)), start, base_frequency=0.25)
+    q, dq, ddq = series.evaluate(np.array([0.0, 4.0, 8.0]))   # t = 0 and two whole periods
+    np.testing.assert_allclose(q, np.tile(start, (3, 1)), atol=1e-12)
+    np.testing.assert_allclose(dq, 0.0, atol=1e-12)
+    np.testing.assert_allclose(ddq, 0.0, atol=1e-12)
+    # and it moves in between
+    assert np.abs(series.evaluate(np.array([1.3]))[1]).max() > 0.1
+
+
+def test_series_derivatives_equal_finite_differences():
+    series = rest_to_rest_series(np.random.default_rng(1).normal(size=(2, 6)), np.zeros(2), 0.5)
+    traj = series.trajectory(2.0, 20000.0)
+    h = 1.0 / 20000.0
+    np.testing.assert_allclose((traj.q[2:] - traj.q[:-2]) / (2 * h), traj.dq[1:-1], atol=1e-6)
+    np.testing.assert_allclose((traj.dq[2:] - traj.dq[:-2]) / (2 * h), traj.ddq[1:-1], atol=1e-5)
+
+
+def test_optimized_trajectory_ends_exactly_at_rest(design):
+    traj = design.trajectory
+    assert traj.time[0] == 0.0 and traj.time[-1] == pytest.approx(6.0)
+    start = design.series.evaluate(np.zeros(1))[0][0]
+    for k in (0, -1):
+        np.testing.assert_array_equal(traj.dq[k], 0.0)
+        np.testing.assert_array_equal(traj.ddq[k], 0.0)
+        np.testing.assert_allclose(traj.q[k], start, atol=1e-12)
+    np.testing.assert_array_equal(traj.q[0], traj.q[-1])
+
+
+# --- the optimizer ----------------------------------------------------------------------------
+
+def test_limits_respected_on_every_sample(design, planar):
+    traj = design.trajectory
+    assert isinstance(design, ExcitationDesign) and design.limits_met
+    margin = 0.05
+    assert np.all(traj.q >= planar.joint_range[:, 0] + margin) and np.all(traj.q <= planar.joint_range[:, 1] - margin)
+    assert np.abs(traj.dq).max() <= 2.5 and np.abs(traj.ddq).max() <= 12.0
+    torque = _inverse_dynamics_mujoco(planar.model, traj.q[::5], traj.dq[::5], traj.ddq[::5])
+    assert np.all(np.abs(torque).max(axis=0) <= [25.0, 8.0])
+    # the limits are used, not avoided: the search pushes the motion against some of them
+    assert max(float(np.max(u)) for u in design.limit_usage.values()) > 0.9
+
+
+def test_optimizer_improves_the_condition_number(design, planar):
+    assert design.criterion_value < design.initial_criterion_value
+    # reported figures agree with a direct SVD of the base regressor on the returned trajectory
+    cols, _ = base_regressor(planar, FULL, design.trajectory.q[::3], design.trajectory.dq[::3],
+                             design.trajectory.ddq[::3])
+    s = np.linalg.svd(cols.reshape(-1, cols.shape[-1]), compute_uv=False)
+    assert design.condition_number == pytest.approx(s[0] / s[-1], rel=0.05)
+    ms = multisine(planar.joint_range, 6.0, 500.0, seed=3, max_velocity=2.5, max_acceleration=12.0)
+    assert design.condition_number < 0.7 * regressor_condition(planar, ms, FULL)[0]
+
+
+def test_same_seed_same_excitation(planar):
+    kwargs = dict(config=FULL, n_harmonics=4, base_frequency=0.5, time_limit_s=60.0, max_restarts=1,
+                  max_iterations=4, torque_limits=None)
+    a = optimize_excitation(planar, 4.0, 200.0, seed=11, **kwargs)
+    b = optimize_excitation(planar, 4.0, 200.0, seed=11, **kwargs)
+    c = optimize_excitation(planar, 4.0, 200.0, seed=12, **kwargs)
+    np.testing.assert_array_equal(a.series.a, b.series.a)
+    np.testing.assert_array_equal(a.trajectory.q, b.trajectory.q)
+    assert not np.array_equal(a.series.a, c.series.a)
+
+
+def test_time_limit_bounds_a_seven_joint_search():
+    robot = load_robot(OPENARM)
+    design = optimize_excitation(robot, 10.0, 200.0, seed=0, time_limit_s=2.0, torque_limits=[54, 54, 28, 28, 10, 10, 10])
+    # the budget covers the search; model analysis and the final dense check come on top
+    assert design.elapsed_s < 2.0 + 6.0
+    assert design.limits_met and design.restarts >= 1
+    assert design.trajectory.q.shape == (2001, 7)
+
+
+def test_weighted_criterion_of_the_paper(planar):
+    design = optimize_excitation(planar, 4.0, 200.0, config=FULL, criterion="weighted", base_frequency=0.5,
+                                 n_harmonics=4, weights=(1.0, 0.5, 2.0), joint_noise_std=[0.05, 0.02],
+                                 seed=0, time_limit_s=4.0, max_restarts=1, max_iterations=15)
+    assert design.limits_met and np.isfinite(design.criterion_value)
+    # the sum of four condition numbers, the whole one weighted by 3.5: at least 3.5 + 3.5 (each >= 1)
+    assert design.criterion_value >= 7.0
+    assert design.criterion_value <= design.initial_criterion_value
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(criterion="determinant"), "unknown criterion"),
+    (dict(n_harmonics=1), "n_harmonics"),
+    (dict(start=[3.2, 0.0]), "outside the joint range"),
+    (dict(torque_limits=[1.0, 1.0], start=[0.0, 0.0]), "gravity torque at the start pose"),
+    (dict(max_velocity=-1.0), "max_velocity"),
+    (dict(weights=(0, 0, 0)), "weights"),
+    (dict(time_limit_s=0.0), "time_limit_s"),
+])
+def test_bad_arguments_are_refused(planar, kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        optimize_excitation(planar, 4.0, 200.0, **kwargs)
+
+
+def test_actuator_torque_limits_from_the_model(tmp_path):
+    xml = PLANAR.read_text().replace(
+        '<motor name="act1" joint="joint1" ctrllimited="false"/>',
+        '<motor name="act1" joint="joint1" gear="2" forcelimited="true" forcerange="-10 12"/>').replace(
+        '<motor name="act2" joint="joint2" ctrllimited="false"/>',
+        '<motor name="act2" joint="joint2" ctrllimited="true" ctrlrange="-3 3"/>')
+    path = tmp_path / "limited.xml"
+    path.write_text(xml)
+    np.testing.assert_allclose(actuator_torque_limits(load_robot(path)), [20.0, 3.0])
+    assert actuator_torque_limits(load_robot(PLANAR)) is None
+
+
+# --- trajectory files ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sample_trajectory():
+    series = rest_to_rest_series(np.random.default_rng(5).normal(size=(2, 6)) * 0.3, [0.1, -0.2], 0.5)
+    return series.trajectory(4.0, 100.0)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_save_and_load_round_trip(tmp_path, sample_trajectory, suffix):
+    path = save_trajectory(tmp_path / f"plan{suffix}", sample_trajectory, ["joint1", "joint2"])
+    loaded, names = load_trajectory(path)
+    assert names == ("joint1", "joint2")
+    for attr in ("time", "q", "dq", "ddq"):
+        if suffix == ".json":
+            np.testing.assert_array_equal(getattr(loaded, attr), getattr(sample_trajectory, attr))
+        else:
+            np.testing.assert_allclose(getattr(loaded, attr), getattr(sample_trajectory, attr), rtol=1e-12, atol=0)
+    # loading for a model with the joints in another order reorders the columns
+    swapped, names = load_trajectory(path, ["joint2", "joint1"])
+    assert names == ("joint2", "joint1")
+    np.testing.assert_allclose(swapped.q, sample_trajectory.q[:, ::-1], rtol=1e-12)
+
+
+def _write_csv(path, header, rows):
+    path.write_text(",".join(header) + "\n" + "\n".join(",".join(str(v) for v in row) for row in rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case, pattern", [
+    ("missing_column", "missing columns"),
+    ("nan", "NaN"),
+    ("time_backwards", "not increasing"),
+    ("other_joints", "differ from the model"),
+    ("bad_json", "not valid JSON"),
+    ("json_missing_key", "missing ddq"),
+    ("not_found", "not found"),
+])
+def test_bad_trajectory_files(tmp_path, case, pattern):
+    header = ["time", "q_joint1", "dq_joint1", "ddq_joint1"]
+    rows = [[0.0, 0.0, 0.0, 0.0], [0.01, 0.001, 0.1, 1.0], [0.02, 0.002, 0.1, 0.0]]
+    path = tmp_path / "bad.csv"
+    if case == "missing_column":
+        _write_csv(path, header[:3], [r[:3] for r in rows])
+    elif case == "nan":
+        rows[1][2] = float("nan")
+        _write_csv(path, header, rows)
+    elif case == "time_backwards":
+        rows[2][0] = 0.005
+        _write_csv(path, header, rows)
+    elif case == "other_joints":
+        _write_csv(path, header, rows)
+    elif case == "bad_json":
+        path = tmp_path / "bad.json"
+        path.write_text("{not json")
+    elif case == "json_missing_key":
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({"joint_names": ["joint1"], "time": [0, 1], "q": [[0], [0]], "dq": [[0], [0]]}))
+    elif case == "not_found":
+        path = tmp_path / "missing.csv"
+    with pytest.raises(DataError, match=pattern):
+        load_trajectory(path, ["joint1", "joint2"] if case == "other_joints" else None)
+
+
+def test_unknown_suffix_is_a_value_error(tmp_path, sample_trajectory):
+    with pytest.raises(ValueError, match=r"\.json or \.csv"):
+        save_trajectory(tmp_path / "plan.txt", sample_trajectory, ["joint1", "joint2"])
+
+
+def test_resample_reproduces_quintics_exactly():
+    t = np.arange(0, 101) / 50.0                       # 2 s at 50 Hz
+    coef = np.array([0.3, -1.0, 0.5, 0.2, -0.1, 0.02])
+    poly = np.polynomial.Polynomial(coef)
+    traj = Trajectory(t, poly(t)[:, None], poly.deriv()(t)[:, None], poly.deriv(2)(t)[:, None])
+    fine = resample(traj, 1000.0)
+    assert fine.time.shape == (2001,)
+    np.testing.assert_allclose(fine.q[:, 0], poly(fine.time), atol=1e-12)
+    np.testing.assert_allclose(fine.dq[:, 0], poly.deriv()(fine.time), atol=1e-10)
+    np.testing.assert_allclose(fine.ddq[:, 0], poly.deriv(2)(fine.time), atol=1e-8)
+    with pytest.raises(ValueError, match="whole number of periods"):
+        resample(traj, 333.3)
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+def test_cli_optimized_excitation_saved_and_replayed(tmp_path, capsys):
+    saved = tmp_path / "excitation.json"
+    base = [str(PLANAR), "--source", "ideal", "--scope", "full", "--duration", "5", "--sample-rate", "200",
+            "--no-plots"]
+    status = main(base + ["--excitation", "optimized", "--excitation-time-limit", "3", "--save-trajectory",
+                          str(saved), "--output-dir", str(tmp_path / "a")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "Optimizing a Fourier excitation" in out and "limits met: True" in out
+    plan, names = load_trajectory(saved)
+    assert names == ("joint1", "joint2") and plan.time[-1] == pytest.approx(5.0)
+    np.testing.assert_array_equal(plan.dq[[0, -1]], 0.0)
+
+    status = main(base + ["--trajectory", str(saved), "--output-dir", str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert status == 0 and "Replaying" in out
+    first = json.loads((tmp_path / "a" / "params.json").read_text())
+    again = json.loads((tmp_path / "b" / "params.json").read_text())
+    assert again["condition_number"] == pytest.approx(first["condition_number"], rel=1e-9)
+
+
+@pytest.mark.parametrize("extra, pattern", [
+    (["--trajectory", "TRAJ", "--excitation", "optimized"], "leave out --excitation"),
+    (["--trajectory", "/nonexistent/plan.csv"], "not found"),
+    (["--save-trajectory", "OUT/plan.txt"], ".json or .csv"),
+])
+def test_cli_excitation_errors(tmp_path, capsys, sample_trajectory, extra, pattern):
+    traj = save_trajectory(tmp_path / "plan.csv", sample_trajectory, ["joint1", "joint2"])
+    extra = [x.replace("TRAJ", str(traj)).replace("OUT", str(tmp_path)) for x in extra]
+    status = main([str(PLANAR), "--source", "ideal", "--duration", "2", "--sample-rate", "100", "--no-plots",
+                   "--output-dir", str(tmp_path / "out")] + extra)
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error:") and pattern in err and "Traceback" not in err
+
+
+# --- trajectory_publisher -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ros_context():
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.context import Context
+    ctx = Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)
+
+
+def _publisher(ctx, **params):
+    from rclpy.parameter import Parameter
+    from sysid_ros.trajectory_publisher import TrajectoryPublisher
+    params = {"model": str(OPENARM), "autostart": False, **params}
+    return TrajectoryPublisher(context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+
+
+@pytest.fixture(scope="module")
+def openarm_file(tmp_path_factory):
+    """A 2 s Fourier excitation of the OpenArm-class arm at 1 kHz, saved as CSV."""
+    robot = load_robot(OPENARM)
+    start = robot.joint_range.mean(axis=1)
+    series = rest_to_rest_series(np.random.default_rng(2).normal(size=(7, 4)) * 0.05, start, 0.5)
+    traj = series.trajectory(2.0, 1000.0)
+    return save_trajectory(tmp_path_factory.mktemp("plan") / "openarm.csv", traj, robot.joint_names), traj
+
+
+def test_publisher_plays_a_file_resampled_to_its_rate(ros_context, openarm_file):
+    path, traj = openarm_file
+    node = _publisher(ros_context, excitation="file", trajectory_file=str(path), rate_hz=500.0)
+    try:
+        assert node.error is None
+        assert node.plan.time.shape == (1001,) and node.plan.time[-1] == pytest.approx(2.0)
+        # every other 1 kHz sample is a 500 Hz sample: resampling keeps them exactly
+        np.testing.assert_allclose(node.plan.q, traj.q[::2], atol=1e-12)
+        np.testing.assert_allclose(node.plan.dq, traj.dq[::2], atol=1e-12)
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("params, pattern", [
+    (dict(rate_hz=333.3), "cannot be played at rate_hz 333.3"),
+    (dict(max_velocity=0.01), "above max_velocity"),
+    (dict(trajectory_file=""), "needs parameter 'trajectory_file'"),
+    (dict(trajectory_file="/nonexistent/plan.json"), "not found"),
+])
+def test_publisher_refuses_unusable_files(ros_context, openarm_file, params, pattern):
+    path, _ = openarm_file
+    node = _publisher(ros_context, **{"excitation": "file", "trajectory_file": str(path), "rate_hz": 500.0, **params})
+    try:
+        assert node.error is not None and pattern in node.error
+        assert node.robot is None and node.start()[0] is False
+    finally:
+        node.destroy_node()
