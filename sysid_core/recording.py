@@ -48,6 +48,17 @@ class Recording:
     def n_samples(self) -> int:
         return int(np.shape(self.time)[0])
 
+    def split(self, fraction: float) -> tuple["Recording", "Recording"]:
+        """(head, tail): the tail is the last ``fraction`` (0 < fraction < 1) of the samples, e.g.
+        a stretch of a non-repeating excitation held out to validate what the head identified."""
+        if not 0.0 < fraction < 1.0:
+            raise ValueError(f"the split fraction must be in (0, 1), got {fraction}")
+        cut = int(round((1.0 - fraction) * self.n_samples))
+        part = (lambda rows: Recording(*(None if a is None else np.asarray(a)[rows] for a in
+                                         (self.time, self.q, self.dq, self.tau)), self.joint_names,
+                                       None if self.ddq is None else np.asarray(self.ddq)[rows]))
+        return part(slice(0, cut)), part(slice(cut, None))
+
     def select(self, joint_names) -> "Recording":
         """Columns reordered to ``joint_names``; DataError naming what is missing."""
         joint_names = tuple(joint_names)

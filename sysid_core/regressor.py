@@ -16,6 +16,10 @@ BLOCK = 8192
 # Per thread, the Workspace of the last block size, kept between calls: paging in fresh
 # temporaries on every call would cost a sixth of the whole computation.
 _WORKSPACES = threading.local()
+# A's stored entries per body and sample (mass 3, first moment 18, inertia 18), and the
+# size up to which joint_torque_regressor evaluates A for all bodies at once
+A_ENTRIES = 39
+A_TOGETHER_BYTES = 4 << 20
 
 
 def _workspace(size: int) -> Workspace:
@@ -48,11 +52,16 @@ def _project(rows: np.ndarray, subspaces: np.ndarray, mass, first_moment, inerti
 
 
 def _project_constant(row: np.ndarray, motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> None:
-    """row (10, B) = constant motion (6,) against A: a sum over motion's non-zeros only."""
+    """row (10, B) = constant motion (6,) against A: a sum over motion's non-zeros only.
+
+    ``row`` starts as zeros (a fresh np.zeros buffer): a part with no terms is left alone.
+    """
     coef = [float(c) if c != 0.0 else None for c in motion]
-    combine(row[0], [(coef[r], mass[r - 3]) for r in range(3, 6)], work.empty("row", mass[0].shape))
-    combine(row[1:4], [(coef[r], first_moment[r]) for r in range(6)], work.empty("row", first_moment[0].shape))
-    combine(row[4:], [(coef[r], inertia[r]) for r in range(3)], work.empty("row", inertia[0].shape))
+    for part, terms in ((row[0], [(coef[r], mass[r - 3]) for r in range(3, 6)]),
+                        (row[1:4], [(coef[r], first_moment[r]) for r in range(6)]),
+                        (row[4:], [(coef[r], inertia[r]) for r in range(3)])):
+        if any(c is not None for c, _ in terms):
+            combine(part, terms, work.empty("row", part.shape))
 
 
 def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarray:
@@ -79,14 +88,21 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
     work = _workspace(size)
     # per body: its last joint, and the joints above it as an index of out
     targets = [(chain[-1], _as_index(chain[:-1])) for chain in joint_chains(tree)]
+    # A of all bodies in one go shares the per-call overhead between bodies; once A would
+    # outgrow the caches, A body by body is projected while still cached (and needs nb
+    # times less memory)
+    together = A_ENTRIES * tree.n_bodies * size * 8 <= A_TOGETHER_BYTES
     for start in range(0, num, max(size, 1)):
         block = slice(min(start, num - size), min(start, num - size) + size)
         motion = forward_pass(tree, gravity, q[block], dq[block], ddq[block], steps, work)
-        # A of all bodies at once, (..., nb, B): the per-call overhead is shared
-        mass, first_moment, inertia = body_regressor_blocks(motion.velocity, motion.acceleration, work)
+        if together:
+            every = body_regressor_blocks(motion.velocity, motion.acceleration, work)
         for b, (subspaces, (last, above)) in enumerate(zip(motion.subspaces, targets)):
             # torque on joint k from body b: k's motion subspace in b's frame against b's wrench
-            blocks = mass[:, b], first_moment[:, :, b], inertia[:, :, b]
+            if together:
+                blocks = every[0][:, b], every[1][:, :, b], every[2][:, :, b]
+            else:
+                blocks = body_regressor_blocks(motion.velocity[:, b], motion.acceleration[:, b], work)
             columns = slice(10 * b, 10 * b + 10)
             # the last joint's subspace is constant: only its non-zeros are worth a product
             _project_constant(out[last, columns, block], steps[last].motion, *blocks, work)

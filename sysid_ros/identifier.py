@@ -86,6 +86,8 @@ PARAMETERS = {
     "seed": (0, "seed of the random states of the base-parameter analysis"),
     "identify_on_done": (False, "identify once each time /sysid/done turns true (the excitation ended)"),
     "plots": (True, "write torque_fit.png, residuals.png and parameters.png next to params.json"),
+    "validation_fraction": (0.0, "share of the recording, at its end, held out to validate the model identified "
+                                 "on the rest (a non-repeating excitation makes it a different one); 0: none"),
 }
 
 
@@ -98,6 +100,8 @@ def check_parameter(name: str, value) -> str | None:
         unknown = [t for t in value if t not in friction.TERMS]
         if unknown or len(set(value)) != len(value):
             return f"friction_terms must be distinct terms from {list(friction.TERMS)}, got {list(value)}"
+    if name == "validation_fraction" and not (math.isfinite(value) and 0 <= value < 1):
+        return f"validation_fraction must be in [0, 1), got {value}"
     if name == "coulomb_smoothing" and not (math.isfinite(value) and value >= 0):
         return f"coulomb_smoothing must be >= 0 rad/s, got {value}"
     if name == "cutoff_hz" and not (math.isfinite(value) and value > 0):
@@ -479,7 +483,9 @@ class Identifier(Node):
         robot = self._robot_for_parameters()
         try:
             recording = self._recording(robot)
-            result = identify(robot, recording, config)
+            fraction = self._param("validation_fraction")
+            identification, validation = recording.split(fraction) if fraction > 0 else (recording, None)
+            result = identify(robot, identification, config, validation=validation)
         except DataError as err:
             timing = any(k in str(err) for k in ("spacing", "time stamps"))
             if not (timing and self._receive_stamped):
@@ -498,7 +504,7 @@ class Identifier(Node):
             self.get_logger().error(f"updated_model.xml not written: {model_error}")
         if self._param("plots"):
             try:
-                write_plots(output, robot, result, recording)
+                write_plots(output, robot, result, identification, validation)
             except (ImportError, OSError, ValueError) as err:  # a figure never costs the result
                 self.get_logger().error(f"plots not written: {_one_line(err)}")
         self._result_pub.publish(String(data=json.dumps(document)))
@@ -511,7 +517,7 @@ class Identifier(Node):
             "mass": document["mass"],
             "center_of_mass": document["center_of_mass"],
             "rmse": document["rmse"],
-            "validation_rmse": None,  # the rmse is in-sample: no separate validation recording here
+            "validation_rmse": document["validation_rmse"],  # None unless validation_fraction > 0
             "n_samples": document["n_samples"],
             "recorded_samples": recording.n_samples,
             "condition_number": document["condition_number"],

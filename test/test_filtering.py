@@ -228,3 +228,14 @@ def test_velocity_from_position_is_free_of_a_lagging_velocity_signal():
     # from the late velocity: the lag itself (5 ms at up to 2.3 Hz), several times worse
     assert error(from_velocity.dq, dq) > 5 * error(from_position.dq, dq)
     assert error(from_velocity.ddq, ddq) > 5 * error(from_position.ddq, ddq)
+
+
+def test_recording_split_holds_out_the_tail():
+    rec, _ = _noisy_recording(duration=1.0)
+    head, tail = rec.split(0.25)
+    assert (head.n_samples, tail.n_samples) == (751, 250)
+    np.testing.assert_array_equal(np.concatenate((head.time, tail.time)), rec.time)
+    np.testing.assert_array_equal(tail.tau, rec.tau[751:])
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="in \\(0, 1\\)"):
+            rec.split(bad)

@@ -27,6 +27,8 @@ from std_srvs.srv import Trigger
 from conftest import ROBOTS
 from sysid_core import load_robot
 from sysid_core.excitation import multisine
+from sysid_core.identification import identify
+from sysid_core.recording import Recording
 from sysid_core.simulation import ideal_recording
 from sysid_core.trajectory import Trajectory
 from sysid_ros.identifier import Identifier
@@ -199,6 +201,21 @@ def test_identifies_payload_from_published_joint_states(data, context, executor,
     document = json.loads(results[-1])
     assert document["mass"] == summary["mass"] and document["source"] == "ros"
     assert document == json.loads((tmp_path / "params.json").read_text())
+    assert summary["validation_rmse"] is None
+
+    # the last quarter held out: identified on the rest, validated on it, as the core does it
+    identifier.set_parameters([Parameter("validation_fraction", value=0.25)])
+    response = call(executor, client_node, "/sysid/identify")
+    assert response.success, response.message
+    held_out = json.loads(response.message)
+    # what the node recorded: no exact accelerations, those come from filtering
+    head, tail = Recording(recording.time, recording.q, recording.dq, recording.tau,
+                           recording.joint_names).split(0.25)
+    expected = identify(nominal, head, identifier._config(), validation=tail)
+    # (the stamps went through ROS's sec/nanosec: equal to ~1e-9 s, not bit for bit)
+    assert held_out["validation_rmse"] == pytest.approx(expected.metrics.validation_rmse, rel=1e-6)
+    assert held_out["n_samples"] == expected.metrics.n_samples < summary["n_samples"]
+    assert identifier.stored == total
 
 
 # --------------------------------------------------------------------------- 2. another process
