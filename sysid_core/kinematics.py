@@ -25,7 +25,7 @@ accelerations carry gravity.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -48,6 +48,8 @@ class Workspace:
 
     def __init__(self):
         self._arrays = {}
+        self.plan = None  # forward_pass's, for the last tree and block size
+        self.regressor_plan = None  # joint_torque_regressor's, for forward_pass's last plan
 
     def empty(self, name: str, shape: tuple) -> np.ndarray:
         key = (name, tuple(shape))
@@ -239,10 +241,11 @@ def as_samples(name: str, value, n: int) -> np.ndarray:
     return arr
 
 
-def _entries(entries: tuple, rows: np.ndarray) -> list:
+def _entries(entries: tuple, rows: np.ndarray, ops: list, pool) -> list:
     """Values of sparse entries (see JointStep) on the basis [1, rows[0], rows[1]] (rows (2, B)).
 
-    Each value is None (an exact zero), a float (a constant) or a (B,) row.
+    Each value is None (an exact zero), a float (a constant) or a (B,) row; a row that is not
+    a basis row is a ``pool()`` row, written by operations appended to ``ops``.
     """
     values = []
     for entry in entries:
@@ -252,53 +255,78 @@ def _entries(entries: tuple, rows: np.ndarray) -> list:
         c0, c1, c2 = entry
         if c2 == 0.0 or c1 == 0.0:
             c, row = (c1, rows[0]) if c2 == 0.0 else (c2, rows[1])
-            value = row if c == 1.0 and c0 == 0.0 else c * row
+            if c == 1.0 and c0 == 0.0:
+                value = row
+            else:
+                value = pool()
+                ops.append(partial(np.multiply, row, c, out=value))
         else:
-            value = c1 * rows[0]
-            value += c2 * rows[1]
+            value, other = pool(), pool()
+            ops.append(partial(np.multiply, rows[0], c1, out=value))
+            ops.append(partial(np.multiply, rows[1], c2, out=other))
+            ops.append(partial(np.add, value, other, out=value))
         if c0 != 0.0:
-            value += c0  # value is a new row here: c0 != 0 never reuses a basis row
+            ops.append(partial(np.add, value, c0, out=value))  # value is a new row here
         values.append(value)
     return values
 
 
-def _negated(entry):
-    return None if entry is None else -entry
+def _negated(entry, ops: list, pool):
+    """-entry (see _entries); a row's negation goes to a ``pool()`` row by an operation in ``ops``."""
+    if entry is None or isinstance(entry, float):
+        return None if entry is None else -entry
+    row = pool()
+    ops.append(partial(np.negative, entry, out=row))
+    return row
 
 
-def accumulate(out: np.ndarray, terms, scratch: np.ndarray) -> None:
+def run(ops) -> None:
+    """Perform recorded operations (argument-less callables) in order."""
+    for op in ops:
+        op()
+
+
+def accumulate(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = None) -> None:
     """out += sum(coef * x for coef, x in terms), in place, using scratch (out's shape).
 
     A coef is None (an exact zero: the term is skipped), a float, or a (B,) row broadcast
-    over x. A term costs one ufunc call when coef is +-1, two otherwise.
+    over x. A term costs one ufunc call when coef is +-1, two otherwise. With ``ops`` the
+    calls are appended to it (bound to these very arrays) instead of performed.
     """
+    todo = [] if ops is None else ops
     for coef, x in terms:
         if coef is None:
             continue
         if isinstance(coef, float) and abs(coef) == 1.0:
-            (np.add if coef > 0 else np.subtract)(out, x, out=out)
+            todo.append(partial(np.add if coef > 0 else np.subtract, out, x, out=out))
         else:
-            np.multiply(x, coef, out=scratch)
-            out += scratch
+            todo.append(partial(np.multiply, x, coef, out=scratch))
+            todo.append(partial(np.add, out, scratch, out=out))
+    if ops is None:
+        run(todo)
 
 
-def combine(out: np.ndarray, terms, scratch: np.ndarray) -> None:
-    """out = sum(coef * x for coef, x in terms), coefs as in ``accumulate``; no terms: zeros."""
+def combine(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = None) -> None:
+    """out = sum(coef * x for coef, x in terms), coefs and ``ops`` as in ``accumulate``; no terms: zeros."""
+    todo = [] if ops is None else ops
     terms = [(coef, x) for coef, x in terms if coef is not None]
     if not terms:
-        out[...] = 0.0
-        return
-    (coef, x), rest = terms[0], terms[1:]
-    if isinstance(coef, float) and coef == 1.0:
-        np.copyto(out, x)
-    elif isinstance(coef, float) and coef == -1.0:
-        np.negative(x, out=out)
+        todo.append(partial(np.copyto, out, 0.0))
     else:
-        np.multiply(x, coef, out=out)
-    accumulate(out, rest, scratch)
+        (coef, x), rest = terms[0], terms[1:]
+        if isinstance(coef, float) and coef == 1.0:
+            todo.append(partial(np.copyto, out, x))
+        elif isinstance(coef, float) and coef == -1.0:
+            todo.append(partial(np.negative, x, out=out))
+        else:
+            todo.append(partial(np.multiply, x, coef, out=out))
+        accumulate(out, rest, scratch, todo)
+    if ops is None:
+        run(todo)
 
 
-def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, work: Workspace) -> None:
+def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, work: Workspace, ops: list,
+                  pool) -> None:
     """Motion vectors state (m, 6, B) into a frame with orientation rot, origin ``origin``.
 
     ``rot`` is the 3x3 nested list and ``origin`` the 3 entries of the step (see _entries).
@@ -310,14 +338,15 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
     w, v = state[:, :3], state[:, 3:]
     t = origin
     # w x t = M w with M = -[t]x; components of v + M w that M leaves alone are read in place
-    cross = ((None, t[2], _negated(t[1])), (_negated(t[2]), None, t[0]), (t[1], _negated(t[0]), None))
+    negated = [_negated(entry, ops, pool) for entry in t]
+    cross = ((None, t[2], negated[1]), (negated[2], None, t[0]), (t[1], negated[0], None))
     linear, moved = [v[:, c] for c in range(3)], False
     for c in range(3):
         terms = [(coef, w[:, d]) for d, coef in enumerate(cross[c]) if coef is not None]
         if terms:
             linear[c], moved = work.empty(f"moved {c}", (m, num)), True
-            combine(linear[c], terms, work.empty("scratch", (m, num)))
-            linear[c] += v[:, c]
+            combine(linear[c], terms, work.empty("scratch", (m, num)), ops)
+            ops.append(partial(np.add, linear[c], v[:, c], out=linear[c]))
     if not moved:
         # no translation: both halves of each pair in one call per term
         pairs = state.reshape(m, 2, 3, num)
@@ -327,29 +356,30 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
     for dest, sources in halves:
         scratch = work.empty("scratch", dest[..., 0, :].shape)
         for r in range(3):
-            combine(dest[..., r, :], [(rot[c][r], sources[c]) for c in range(3)], scratch)
+            combine(dest[..., r, :], [(rot[c][r], sources[c]) for c in range(3)], scratch, ops)
 
 
-def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray) -> None:
+def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray, ops: list, pool) -> None:
     """The joint's own motion: V += s dq, dV += s ddq + (V x s) dq with the new V.
 
     state (m, 6, B) with velocity and acceleration in rows 0 and 1, dq and ddq (B,); only
     the non-zeros of the joint's constants cost anything.
     """
     velocity, acceleration = state[0], state[1]
-    scratch = np.empty_like(dq)
+    scratch = pool()
     for r, value in step.motion_terms:
-        accumulate(velocity[r], [(value, dq)], scratch)
-        accumulate(acceleration[r], [(value, ddq)], scratch)
+        accumulate(velocity[r], [(value, dq)], scratch, ops)
+        accumulate(acceleration[r], [(value, ddq)], scratch, ops)
     scaled = {1.0: dq}  # value * dq per distinct value of the cross product
     for r, terms in step.cross_terms:
         for _, value in terms:
             if value not in scaled:
-                scaled[value] = value * dq
-        accumulate(acceleration[r], [(scaled[value], velocity[c]) for c, value in terms], scratch)
+                scaled[value] = pool()
+                ops.append(partial(np.multiply, dq, value, out=scaled[value]))
+        accumulate(acceleration[r], [(scaled[value], velocity[c]) for c, value in terms], scratch, ops)
 
 
-def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace) -> None:
+def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace, ops: list) -> None:
     """out (6, B) = the previous joint's motion subspace after this step (JointStep.carried).
 
     basis (2, B) are this joint's basis rows b1, b2. A constant vector needs only its few
@@ -362,11 +392,12 @@ def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace)
             if monomials[k] is None and k > 0:  # a product, formed once when first needed
                 a, b = ((1, 1), (1, 2), (2, 2))[k - 3]
                 product = work.empty(f"monomial {k}", scratch.shape)
-                monomials[k] = np.multiply(monomials[a], monomials[b], out=product)
-        combine(out[r], [(c, monomials[k]) for k, c in terms if k > 0], scratch)
+                ops.append(partial(np.multiply, monomials[a], monomials[b], out=product))
+                monomials[k] = product
+        combine(out[r], [(c, monomials[k]) for k, c in terms if k > 0], scratch, ops)
         constant = sum(c for k, c in terms if k == 0)
         if constant:
-            out[r] += constant
+            ops.append(partial(np.add, out[r], constant, out=out[r]))
 
 
 def forward_pass(tree: KinematicTree, gravity, q, dq, ddq, steps: tuple | None = None,
@@ -384,38 +415,66 @@ def forward_pass(tree: KinematicTree, gravity, q, dq, ddq, steps: tuple | None =
     steps = joint_steps(tree) if steps is None else steps
     work = Workspace() if work is None else work
     num = q.shape[0]
-    angle, dq_t, ddq_t = (work.empty(name, (n, num)) for name in ("angle", "dq", "ddq"))
+    plan = work.plan
+    if plan is None or plan[0] is not tree or plan[1] is not steps or plan[2] != num:
+        plan = work.plan = (tree, steps, num) + _forward_plan(tree, steps, num, work)
+    angle, dq_t, ddq_t, basis, final, root, ops, motion = plan[3:]
     np.subtract(q.T, tree.joint_ref[:, None], out=angle)
     np.copyto(dq_t, dq.T)
     np.copyto(ddq_t, ddq.T)
+    # final, not yet written, lends its memory (>= 6 n B entries) to sin_cos's scratch
+    sin_cos(angle, basis[:, 0], basis[:, 1], final.reshape(-1)[:5 * n * num].reshape(5, n, num))
     slide = tree.joint_type != HINGE
+    if slide.any():
+        basis[slide, 0] = angle[slide]
+        basis[slide, 1] = 0.0
+    root[...] = 0.0
+    root[1, 3:] = -np.asarray(gravity, dtype=float)[:, None]
+    run(ops)
+    return motion
+
+
+def _forward_plan(tree: KinematicTree, steps: tuple, num: int, work: Workspace) -> tuple:
+    """The arrays of forward_pass for blocks of num samples, and its joint loop as operations.
+
+    Everything that does not depend on the samples is done here once: the loop over bodies
+    and joints appends its ufunc calls, bound to arrays of ``work``, to a list that
+    forward_pass then only has to run.
+    """
+    n = tree.n_joints
+    angle, dq_t, ddq_t = (work.empty(name, (n, num)) for name in ("angle", "dq", "ddq"))
     basis = work.empty("basis", (n, 2, num))  # the basis rows after the constant 1, per joint
     chains = joint_chains(tree)
     # Each body's final state is a slice of one array padded to the deepest body, so the
-    # velocities and accelerations of all bodies are views at a fixed stride. Not yet
-    # written, it lends its memory (>= 6 n B entries) to sin_cos's scratch.
+    # velocities and accelerations of all bodies are views at a fixed stride. Rows of the
+    # padding are never part of a state: they hold the short-lived rows of a joint's step.
     final = work.empty("body states", (tree.n_bodies, 1 + max(map(len, chains)), 6, num))
-    sin_cos(angle, basis[:, 0], basis[:, 1], final.reshape(-1)[:5 * n * num].reshape(5, n, num))
-    basis[slide, 0] = angle[slide]
-    basis[slide, 1] = 0.0
+    spare = [row for b, chain in enumerate(chains) for row in final[b, 1 + len(chain):].reshape(-1, num)]
     # state rows: velocity, acceleration, then the motion subspaces of the joints above the
     # current one (whose own subspace is constant and never stored)
     root = work.empty("root", (2, 6, num))
-    root[...] = 0.0
-    root[1, 3:] = -np.asarray(gravity, dtype=float)[:, None]
+    ops = []
     for b in range(tree.n_bodies):
         p = tree.parent[b]
         state = root if p < 0 else final[p, :1 + len(chains[p])]
         for order, j in enumerate(tree.body_joints[b]):
+            taken = iter(range(1 << 30))
+
+            def pool():
+                i = next(taken)
+                return spare[i] if i < len(spare) else work.empty(f"pool {i}", (num,))
+
             step, rows = steps[j], state.shape[0]
             rows_after = rows if step.carried is None else rows + 1
             last = order == len(tree.body_joints[b]) - 1
             new = final[b, :rows_after] if last else work.empty(f"state {j}", (rows_after, 6, num))
-            rot = _entries(step.rotation, basis[j])
-            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], _entries(step.origin, basis[j]), new, work)
+            rot = _entries(step.rotation, basis[j], ops, pool)
+            origin = _entries(step.origin, basis[j], ops, pool)
+            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool)
             if step.carried is not None:
-                _carry(step, basis[j], new[rows], work)
-            _add_joint_motion(new, step, dq_t[j], ddq_t[j])
+                _carry(step, basis[j], new[rows], work, ops)
+            _add_joint_motion(new, step, dq_t[j], ddq_t[j], ops, pool)
             state = new
     velocity, acceleration = (np.moveaxis(final[:, k], 0, 1) for k in range(2))
-    return Motion(velocity, acceleration, tuple(final[b, 2:1 + len(chain)] for b, chain in enumerate(chains)))
+    motion = Motion(velocity, acceleration, tuple(final[b, 2:1 + len(chain)] for b, chain in enumerate(chains)))
+    return angle, dq_t, ddq_t, basis, final, root, tuple(ops), motion

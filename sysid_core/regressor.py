@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
-from .kinematics import Workspace, as_samples, combine, forward_pass, joint_chains, joint_steps
+from .kinematics import Workspace, as_samples, forward_pass, joint_chains, joint_steps, run
 from .model import KinematicTree
 from .rigid_body import body_regressor_blocks
 
@@ -51,17 +51,61 @@ def _project(rows: np.ndarray, subspaces: np.ndarray, mass, first_moment, inerti
     np.einsum("krn,rcn->kcn", subspaces[:, :3], inertia, out=rows[:, 4:])
 
 
-def _project_constant(row: np.ndarray, motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> None:
-    """row (10, B) = constant motion (6,) against A: a sum over motion's non-zeros only.
+def _constant_plan(motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> tuple:
+    """How to write row (10, B) = constant motion (6,) against A: a sum over motion's non-zeros only.
 
-    ``row`` starts as zeros (a fresh np.zeros buffer): a part with no terms is left alone.
+    Per part of the row with terms, (index into row, ops); an op (kind, f, args) stands for
+    f(*args, out=part) (kind 0), f(part, *args, out=part) (kind 1) or f() (kind 2). ``row``
+    starts as zeros (a fresh np.zeros buffer): a part with no terms is left alone.
     """
     coef = [float(c) if c != 0.0 else None for c in motion]
-    for part, terms in ((row[0], [(coef[r], mass[r - 3]) for r in range(3, 6)]),
-                        (row[1:4], [(coef[r], first_moment[r]) for r in range(6)]),
-                        (row[4:], [(coef[r], inertia[r]) for r in range(3)])):
-        if any(c is not None for c, _ in terms):
-            combine(part, terms, work.empty("row", part.shape))
+    plan = []
+    for index, part, terms in ((0, mass[0], [(coef[r], mass[r - 3]) for r in range(3, 6)]),
+                               (slice(1, 4), first_moment[0], [(coef[r], first_moment[r]) for r in range(6)]),
+                               (slice(4, 10), inertia[0], [(coef[r], inertia[r]) for r in range(3)])):
+        terms = [(c, x) for c, x in terms if c is not None]
+        if not terms:
+            continue
+        scratch = work.empty("row", part.shape)
+        (c, x), ops = terms[0], []
+        ops.append((0, np.positive, (x,)) if c == 1.0 else (0, np.negative, (x,)) if c == -1.0
+                   else (0, np.multiply, (x, c)))
+        for c, x in terms[1:]:
+            if abs(c) == 1.0:
+                ops.append((1, np.add if c > 0 else np.subtract, (x,)))
+            else:
+                ops.append((2, partial(np.multiply, x, c, out=scratch), ()))
+                ops.append((1, np.add, (scratch,)))
+        plan.append((index, tuple(ops)))
+    return tuple(plan)
+
+
+def _project_constant(row: np.ndarray, plan: tuple) -> None:
+    """row (10, B) = a constant motion against A, by its _constant_plan."""
+    for index, ops in plan:
+        part = row[index]
+        for kind, f, args in ops:
+            if kind == 0:
+                f(*args, out=part)
+            elif kind == 1:
+                f(part, *args, out=part)
+            else:
+                f()
+
+
+def _regressor_plan(tree: KinematicTree, steps: tuple, motion, together: bool, work: Workspace) -> tuple:
+    """Per body: (ops evaluating its A blocks, the blocks, its _constant_plan); A's ops once for all if together."""
+    bodies, shared = [], []
+    if together:
+        every = body_regressor_blocks(motion.velocity, motion.acceleration, work, shared)
+    for b, chain in enumerate(joint_chains(tree)):
+        ops = []
+        if together:
+            blocks = every[0][:, b], every[1][:, :, b], every[2][:, :, b]
+        else:
+            blocks = body_regressor_blocks(motion.velocity[:, b], motion.acceleration[:, b], work, ops)
+        bodies.append((tuple(ops), blocks, _constant_plan(steps[chain[-1]].motion, *blocks, work)))
+    return tuple(shared), tuple(bodies)
 
 
 def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarray:
@@ -95,17 +139,17 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
     for start in range(0, num, max(size, 1)):
         block = slice(min(start, num - size), min(start, num - size) + size)
         motion = forward_pass(tree, gravity, q[block], dq[block], ddq[block], steps, work)
-        if together:
-            every = body_regressor_blocks(motion.velocity, motion.acceleration, work)
-        for b, (subspaces, (last, above)) in enumerate(zip(motion.subspaces, targets)):
+        plan = work.regressor_plan
+        if plan is None or plan[0] is not motion or plan[1] != together:
+            plan = work.regressor_plan = (motion, together) + _regressor_plan(tree, steps, motion, together, work)
+        shared, bodies = plan[2:]
+        run(shared)
+        for b, (subspaces, (last, above), (ops, blocks, constant)) in enumerate(zip(motion.subspaces, targets, bodies)):
             # torque on joint k from body b: k's motion subspace in b's frame against b's wrench
-            if together:
-                blocks = every[0][:, b], every[1][:, :, b], every[2][:, :, b]
-            else:
-                blocks = body_regressor_blocks(motion.velocity[:, b], motion.acceleration[:, b], work)
+            run(ops)
             columns = slice(10 * b, 10 * b + 10)
             # the last joint's subspace is constant: only its non-zeros are worth a product
-            _project_constant(out[last, columns, block], steps[last].motion, *blocks, work)
+            _project_constant(out[last, columns, block], constant)
             if isinstance(above, slice):
                 _project(out[above, columns, block], subspaces, *blocks)
             elif above.size:

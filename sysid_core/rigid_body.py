@@ -15,12 +15,12 @@ operations on the non-zeros only.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 import sympy as sp
 
-from .kinematics import Workspace, combine
+from .kinematics import Workspace, combine, run
 
 _W = sp.symbols("wx wy wz", real=True)
 _V = sp.symbols("vx vy vz", real=True)
@@ -86,7 +86,8 @@ def evaluation_plan() -> tuple:
     return tuple(plan)
 
 
-def body_regressor_blocks(velocity: np.ndarray, acceleration: np.ndarray, work: Workspace | None = None):
+def body_regressor_blocks(velocity: np.ndarray, acceleration: np.ndarray, work: Workspace | None = None,
+                          ops: list | None = None):
     """A's non-zero blocks from body-frame spatial velocity/acceleration (6, ...) each.
 
     The trailing axes (...) are any batch, e.g. (bodies, samples). Returns (mass (3, ...) =
@@ -94,17 +95,20 @@ def body_regressor_blocks(velocity: np.ndarray, acceleration: np.ndarray, work: 
     arrays of ``work`` if given. Units: rad/s, m/s, rad/s^2, m/s^2 (acceleration with
     -gravity included). Each entry is a few signed monomials (evaluation_plan), one ufunc
     call per term: far less work than a dense (39, 21) product, and the calls cover the
-    whole batch at once.
+    whole batch at once. With ``ops`` the calls are appended to it instead of performed
+    (bound to these arrays: running them later evaluates A for what they then hold).
     """
+    todo = [] if ops is None else ops
     work = Workspace() if work is None else work
     batch = velocity.shape[1:]
     w, v = velocity[:3], velocity[3:]
-    w_v = np.multiply(w[:, None], v[None], out=work.empty("w v", (3, 3, *batch)))  # all 9 w_i v_j
+    w_v = work.empty("w v", (3, 3, *batch))
+    todo.append(partial(np.multiply, w[:, None], v[None], out=w_v))  # all 9 w_i v_j
     # the 6 distinct w_i w_k (i <= k), rows of _PAIRS in order, one call per i
     w_w = work.empty("w w", (6, *batch))
-    np.multiply(w[0], w[0:], out=w_w[0:3])
-    np.multiply(w[1], w[1:], out=w_w[3:5])
-    np.multiply(w[2], w[2], out=w_w[5])
+    todo.append(partial(np.multiply, w[0], w[0:], out=w_w[0:3]))
+    todo.append(partial(np.multiply, w[1], w[1:], out=w_w[3:5]))
+    todo.append(partial(np.multiply, w[2], w[2], out=w_w[5]))
     monomials = list(acceleration) + [w_v[i, j] for i in range(3) for j in range(3)] + list(w_w)
     mass = work.empty("mass", (3, *batch))
     first_moment = work.empty("first moment", (6, 3, *batch))
@@ -116,5 +120,7 @@ def body_regressor_blocks(velocity: np.ndarray, acceleration: np.ndarray, work: 
     scratch = work.empty("scratch", batch)
     for (r, c), terms in evaluation_plan():
         sources = [(coef, monomials[k] if kind == "monomial" else entry(*k)) for coef, (kind, k) in terms]
-        combine(entry(r, c), sources, scratch)
+        combine(entry(r, c), sources, scratch, todo)
+    if ops is None:
+        run(todo)
     return mass, first_moment, inertia

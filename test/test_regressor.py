@@ -136,3 +136,23 @@ def test_sin_cos_matches_numpy_to_an_ulp_or_two():
         sin_cos(special, sin, cos, scratch)
         np.testing.assert_array_equal(sin, np.sin(special))
         np.testing.assert_array_equal(cos, np.cos(special))
+
+
+def test_regressor_plans_follow_the_tree():
+    """The recorded operations (per thread, for the last tree and block size) are redone for another tree."""
+    from sysid_core.kinematics import Workspace, forward_pass
+    robots = [load_robot(path) for path in (MODELS / "tree_arm.xml", BUNDLED[0], MODELS / "tree_arm.xml")]
+    rng = np.random.default_rng(9)
+    for robot in robots:
+        q, dq, ddq = _states(robot, rng, 37)
+        fresh = forward_pass(robot.tree, robot.gravity, q, dq, ddq, work=Workspace())
+        tau = robot.regressor(q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
+        again = robot.regressor(q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
+        np.testing.assert_array_equal(tau, again)
+        model = robot.model
+        model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+        data = mujoco.MjData(model)
+        expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
+        expected -= robot.damping * dq + robot.armature * ddq
+        np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+        assert fresh.velocity.shape == (6, robot.n_bodies, len(q))
