@@ -153,12 +153,6 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
                      recording.joint_names, interpolate(recording.ddq))
 
 
-def _part(recording: Recording, rows: slice) -> Recording:
-    pick = (lambda a: None if a is None else np.asarray(a)[rows])
-    return Recording(pick(recording.time), pick(recording.q), pick(recording.dq), pick(recording.tau),
-                     recording.joint_names, pick(recording.ddq))
-
-
 def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
     """One uniformly sampled stretch through the filters, trimmed and decimated; None when too short."""
     fs = uniform_sample_rate(recording.time)
@@ -177,7 +171,7 @@ def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
         ddq = smooth(derivative(dq, fs))
     else:
         ddq = np.asarray(recording.ddq, dtype=float)
-    return _part(Recording(np.asarray(recording.time, dtype=float), q, dq, tau, recording.joint_names, ddq), keep)
+    return Recording(np.asarray(recording.time, dtype=float), q, dq, tau, recording.joint_names, ddq).rows(keep)
 
 
 def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Recording:
@@ -205,7 +199,7 @@ def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Reco
         period, _ = _spacing_error(time)
         breaks = np.flatnonzero(np.diff(time) > MAX_GAP_PERIODS * period) + 1
         edges = np.concatenate(([0], breaks, [time.size]))
-        stretches = [_part(recording, slice(a, b)) for a, b in zip(edges[:-1], edges[1:]) if b - a >= 2]
+        stretches = [recording.rows(slice(a, b)) for a, b in zip(edges[:-1], edges[1:]) if b - a >= 2]
         # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
         # stretch's own median may be a little shorter, so its gap check must not apply again
         stretches = [s if _spacing_error(s.time)[1] is None else resample_uniform(s, max_gap_periods=np.inf)

@@ -54,10 +54,13 @@ class Recording:
         if not 0.0 < fraction < 1.0:
             raise ValueError(f"the split fraction must be in (0, 1), got {fraction}")
         cut = int(round((1.0 - fraction) * self.n_samples))
-        part = (lambda rows: Recording(*(None if a is None else np.asarray(a)[rows] for a in
-                                         (self.time, self.q, self.dq, self.tau)), self.joint_names,
-                                       None if self.ddq is None else np.asarray(self.ddq)[rows]))
-        return part(slice(0, cut)), part(slice(cut, None))
+        return self.rows(slice(0, cut)), self.rows(slice(cut, None))
+
+    def rows(self, index) -> "Recording":
+        """The samples ``index`` (a slice or index array) picks, every signal alike."""
+        pick = (lambda a: None if a is None else np.asarray(a)[index])
+        return Recording(pick(self.time), pick(self.q), pick(self.dq), pick(self.tau), self.joint_names,
+                         pick(self.ddq))
 
     def select(self, joint_names) -> "Recording":
         """Columns reordered to ``joint_names``; DataError naming what is missing."""

@@ -229,11 +229,8 @@ class DamiaoBridge(Node):
         for _ in range(ENABLE_ATTEMPTS):
             if not pending:
                 break
-            for j in pending:
-                self._answered[j] = False
-                self._send_frame(self.arm.can_ids[j], damiao.enable_frame())
-            self._await_answers(pending, lambda status: status == damiao.STATUS_ENABLED
-                                or status in damiao.FAULT_STATUSES)
+            self._request(pending, damiao.enable_frame(),
+                          lambda status: status == damiao.STATUS_ENABLED or status in damiao.FAULT_STATUSES)
             answered.update(j for j in pending if self._answered[j])
             confirmed.update(j for j in pending if self._answered[j] and self.status[j] == damiao.STATUS_ENABLED)
             pending = [j for j in pending if j not in confirmed and self.status[j] not in damiao.FAULT_STATUSES]
@@ -252,12 +249,16 @@ class DamiaoBridge(Node):
         self._missed[:] = 0
         return [j for j in joints if j not in confirmed]
 
-    def _await_answers(self, joints, settled) -> None:
-        """Handle replies until every joint answered and ``settled(status)`` holds, or REPLY_WAIT_S.
+    def _request(self, joints, payload: bytes, settled) -> None:
+        """Send the special frame ``payload`` to each of ``joints`` and handle replies until every
+        one answered and ``settled(status)`` holds, or REPLY_WAIT_S passed.
 
         Replies to frames sent before the request may still be in flight: only the state
         asked for ends the wait early.
         """
+        for j in joints:
+            self._answered[j] = False
+            self._send_frame(self.arm.can_ids[j], payload)
         deadline = time.monotonic() + REPLY_WAIT_S
         while not all(self._answered[j] and settled(self.status[j]) for j in joints) \
                 and time.monotonic() < deadline:
@@ -442,10 +443,7 @@ class DamiaoBridge(Node):
         if not faulted:
             response.success, response.message = True, "no faults"
             return response
-        for j in faulted:
-            self._answered[j] = False
-            self._send_frame(self.arm.can_ids[j], damiao.clear_error_frame())
-        self._await_answers(faulted, lambda status: status not in damiao.FAULT_STATUSES)
+        self._request(faulted, damiao.clear_error_frame(), lambda status: status not in damiao.FAULT_STATUSES)
         silent = [j for j in faulted if not self._answered[j]]
         for j in faulted:
             self.lost[j] = j in silent
@@ -464,10 +462,7 @@ class DamiaoBridge(Node):
         self.tracking[:] = False
         pending = list(range(self.arm.n))
         for _ in range(ENABLE_ATTEMPTS):
-            for j in pending:
-                self._answered[j] = False
-                self._send_frame(self.arm.can_ids[j], damiao.disable_frame())
-            self._await_answers(pending, lambda status: status != damiao.STATUS_ENABLED)
+            self._request(pending, damiao.disable_frame(), lambda status: status != damiao.STATUS_ENABLED)
             pending = [j for j in pending if not self._answered[j] or self.status[j] == damiao.STATUS_ENABLED]
             if not pending:
                 break

@@ -19,3 +19,13 @@ BUNDLED = sorted(ROBOTS.glob("*.xml"))
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="module")
+def context():
+    """An rclpy context of its own for one test module's nodes (rclpy imported only when asked for)."""
+    import rclpy
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)

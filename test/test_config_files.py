@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import rclpy
 import yaml
-from rclpy.context import Context
 from rclpy.parameter import Parameter
 
 from sysid_core.damiao_arm import DamiaoArm
@@ -27,14 +25,6 @@ NODES = {"trajectory_publisher": TrajectoryPublisher, "identifier": Identifier, 
 
 def sections(path):
     return {node: body["ros__parameters"] for node, body in yaml.safe_load(path.read_text()).items()}
-
-
-@pytest.fixture(scope="module")
-def context():
-    ctx = Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
 
 
 def test_every_file_configures_known_nodes():

@@ -18,9 +18,7 @@ from pathlib import Path
 import can
 import numpy as np
 import pytest
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -46,7 +44,7 @@ _channels = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def context():
+def context(context):
     # The emulated motors answer from a thread of this process, so the process must let it run
     # within a cycle or its motors look silent, as sim_identify arranges: the GIL handed over
     # every 0.5 ms, and no full garbage collection over the whole test session's objects
@@ -54,10 +52,7 @@ def context():
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
     gc.freeze()
-    ctx = Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
+    yield context
     gc.unfreeze()
     sys.setswitchinterval(interval)
 

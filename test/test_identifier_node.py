@@ -41,14 +41,6 @@ TIMEOUT = 20.0  # s, upper bound of every wait
 
 # --------------------------------------------------------------------------- fixtures and helpers
 
-@pytest.fixture(scope="module")
-def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
-
-
 @pytest.fixture
 def executor(context):
     ex = SingleThreadedExecutor(context=context)

@@ -10,9 +10,7 @@ from pathlib import Path
 from builtin_interfaces.msg import Time
 import numpy as np
 import pytest
-import rclpy
 from rcl_interfaces.srv import GetParameters
-from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -36,14 +34,6 @@ _names = itertools.count()
 
 def _seconds(stamp) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
-
-
-@pytest.fixture(scope="module")
-def context():
-    ctx = Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
 
 
 @pytest.fixture(scope="module")
