@@ -373,7 +373,8 @@ def test_bus_errors_are_counted_not_raised(rig):
 
 
 SIGINT_SCRIPT = textwrap.dedent("""
-    import sys, threading, time, signal, os
+    import faulthandler, sys, threading, time, signal, os
+    faulthandler.dump_traceback_later(40, exit=True)  # a hang shows every thread's stack and ends
     sys.setswitchinterval(0.0005)
     from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
     from sysid_ros import damiao_bridge

@@ -29,6 +29,9 @@ from sysid_ros.trajectory_publisher import TrajectoryPublisher
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 OPENARM = str(ROBOTS / "openarm_class.xml")
 BIG_QUEUE = QoSProfile(depth=20000)  # a recorder never drops a sample
+# how long a wait may take before the test fails: a guard against hangs, not a speed target (a
+# machine loaded by two CPU-bound processes ran one scenario at a quarter of real time)
+WAIT_S = 120.0
 _names = itertools.count()
 
 
@@ -81,7 +84,7 @@ class Harness:
         self.executor.add_node(node)
         return node
 
-    def spin_until(self, condition, timeout: float) -> bool:
+    def spin_until(self, condition, timeout: float = WAIT_S) -> bool:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
@@ -90,7 +93,7 @@ class Harness:
         return True
 
     @staticmethod
-    def wait_matched(endpoint, count: int = 1, timeout: float = 5.0):
+    def wait_matched(endpoint, count: int = 1, timeout: float = WAIT_S):
         """Block until DDS discovery matched ``count`` peers (samples sent before are lost)."""
         deadline = time.monotonic() + timeout
         counter = getattr(endpoint, "get_subscription_count", None) or endpoint.get_publisher_count
@@ -98,7 +101,7 @@ class Harness:
             assert time.monotonic() < deadline, f"{endpoint.topic_name}: {counter()} of {count} peers matched"
             time.sleep(0.01)
 
-    def call(self, node, service: str, timeout: float = 5.0):
+    def call(self, node, service: str, timeout: float = WAIT_S):
         client = node.create_client(Trigger, service)
         assert client.wait_for_service(timeout_sec=timeout), f"{service} not available"
         future = client.call_async(Trigger.Request())
@@ -144,27 +147,58 @@ def test_fast_sim_publishes_clock_and_every_state(harness):
     harness.wait_matched(sim._state_pub)
     harness.wait_matched(sim._clock_pub)
 
-    start = time.monotonic()
     harness.spin_until(lambda: False, timeout=2.0)
-    ratio = sim.sim_time / (time.monotonic() - start)
     harness.executor.remove_node(sim)  # stop stepping, then let the listener drain its queues
-    assert harness.spin_until(lambda: len(states) >= sim.published and len(clock) >= sim.published, 5.0)
+    assert harness.spin_until(lambda: len(states) >= sim.published and len(clock) >= sim.published)
 
-    print(f"\nsim time / wall time = {ratio:.2f} ({sim.published} samples at 1 kHz)")
-    assert ratio > 1.2  # about 1.8 on a 2-core machine; a real-time simulation stays at 1
-    assert len(states) == sim.published == len(clock)
+    # how much faster than real time is a figure of the machine: bench/simulation_speed.py prints it
+    assert sim.published > 0 and len(states) == sim.published == len(clock)
     np.testing.assert_allclose(np.diff(states), 1e-3, atol=1e-9)  # every sample, in order
     np.testing.assert_allclose(clock, states, atol=1e-9)
-    # the zero-period timer leaves the executor to everyone else: the 50 Hz timer kept its rate
-    assert len(ticks) >= 0.8 * 2.0 / 0.02
+    # the zero-period timer leaves the executor to everyone else: a starved 50 Hz timer would
+    # tick once or never in these 2 s; served, it ticks about 100 times
+    assert len(ticks) >= 0.5 * 2.0 / 0.02
 
 
-def test_realtime_sim_follows_the_wall_clock(harness):
-    sim = _sim(harness, realtime=True)
-    start = time.monotonic()
-    harness.spin_until(lambda: False, timeout=0.6)
-    ratio = sim.sim_time / (time.monotonic() - start)
-    assert 0.8 < ratio < 1.05
+class FakeMonotonic:
+    """Stands in for time.monotonic in mujoco_sim: the test decides when wall time passes."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_realtime_sim_follows_the_wall_clock(context, monkeypatch):
+    wall = FakeMonotonic()
+    monkeypatch.setattr("sysid_ros.mujoco_sim.time.monotonic", wall)
+    # not spun by an executor: each call of the wall timer's callback is one of its ticks
+    sim = MujocoSim(context=context, parameter_overrides=[Parameter("model", value=OPENARM)])
+    try:
+        assert sim.error is None and sim.sim_time == 0.0
+        period = 1e-3  # the default rate_hz, 1 kHz
+        sim._on_wall_timer()  # the state at wall time 0 is published, then the first period is stepped
+        assert sim.published == 1 and sim.sim_time == pytest.approx(period)
+        sim._on_wall_timer()  # no wall time passed: nothing to do
+        assert sim.published == 1
+        wall.now += 7.5 * period  # a late tick catches up every period that began meanwhile
+        sim._on_wall_timer()
+        assert sim.published == 8 and sim.sim_time == pytest.approx(8 * period)
+        for _ in range(50):  # on time: one period per tick, never ahead of the wall clock
+            wall.now += period
+            sim._on_wall_timer()
+            assert sim.sim_time - (wall.now - 1000.0) <= period + 1e-12
+        assert sim.published == 58
+        # a stall longer than MAX_CATCH_UP periods: the lost time is dropped, not simulated in a burst
+        wall.now += 5.0
+        sim._on_wall_timer()
+        assert sim.published == 59
+        wall.now += 3 * period  # and from there the simulation follows the wall clock again
+        sim._on_wall_timer()
+        assert sim.published == 62
+    finally:
+        sim.destroy_node()
 
 
 def test_excitation_is_played_and_tracked(harness, openarm):
@@ -178,10 +212,10 @@ def test_excitation_is_played_and_tracked(harness, openarm):
     harness.wait_matched(pub._command_pub, 2)
     harness.wait_matched(sim._clock_pub, 2)
 
-    assert harness.spin_until(lambda: rec.done[-1:] == [True], timeout=20.0), \
+    assert harness.spin_until(lambda: rec.done[-1:] == [True]), \
         f"not done: sim time {sim.sim_time:.2f} s, progress {rec.progress[-1:]}"
     harness.executor.remove_node(sim)
-    harness.spin_until(lambda: len(rec.states) >= sim.published, 5.0)
+    harness.spin_until(lambda: len(rec.states) >= sim.published)
 
     assert rec.done == [False, True]
     assert rec.progress[-1] == 1.0 and np.all(np.diff(rec.progress) > 0)
@@ -213,20 +247,20 @@ def test_stale_command_falls_back_to_damping(harness, openarm):
                command_timeout_s=timeout)
     harness.wait_matched(sim._state_pub)
     harness.wait_matched(command_pub)
-    assert harness.spin_until(lambda: sim.sim_time >= 0.05, 5.0)
+    assert harness.spin_until(lambda: sim.sim_time >= 0.05)
 
     # a partial command (joints 1 and 2) with an unknown joint, which is ignored
     target = q_init[:2] + [0.1, -0.1]
     command_pub.publish(JointState(name=["joint1", "joint2", "gripper"], position=[*target, 0.5]))
     t_sent = sim.sim_time
-    assert harness.spin_until(lambda: sim.sim_time >= t_sent + 3 * timeout, 5.0)
+    assert harness.spin_until(lambda: sim.sim_time >= t_sent + 3 * timeout)
     assert sim._timed_out
     command_pub.publish(JointState(name=["joint1", "joint2"], position=list(target)))
     t_resent = sim.sim_time
-    assert harness.spin_until(lambda: sim.sim_time >= t_resent + 0.05, 5.0)
+    assert harness.spin_until(lambda: sim.sim_time >= t_resent + 0.05)
     assert not sim._timed_out
     harness.executor.remove_node(sim)
-    assert harness.spin_until(lambda: len(rec.states) >= sim.published, 5.0)
+    assert harness.spin_until(lambda: len(rec.states) >= sim.published)
 
     t, q, dq, tau = Recorder.arrays(rec.states)
     kp, kd = sim.kp, sim.kd
@@ -252,13 +286,13 @@ def test_stop_holds_the_measured_pose(harness, openarm):
     harness.wait_matched(pub._command_pub, 2)
     harness.wait_matched(sim._clock_pub, 2)
     # the excitation runs from 1.5 s (1 s approach, 0.5 s launch): stop in its middle, moving
-    assert harness.spin_until(lambda: sim.sim_time >= 2.2, 10.0)
+    assert harness.spin_until(lambda: sim.sim_time >= 2.2)
     moving = np.abs(sim._data.qvel).max()
 
     response = harness.call(rec, "sysid/stop")
     t_stop = sim.sim_time
     assert response.success, response.message
-    assert harness.spin_until(lambda: sim.sim_time >= t_stop + 1.0, 10.0)
+    assert harness.spin_until(lambda: sim.sim_time >= t_stop + 1.0)
 
     assert moving > 0.1
     assert rec.done == [False, False]
@@ -287,7 +321,7 @@ def test_send_trajectory_publishes_the_profile_once(harness, openarm):
     clock_pub.publish(Clock(clock=Time(sec=10)))
     q_now = openarm.joint_range.mean(axis=1)
     state_pub.publish(JointState(name=list(openarm.joint_names), position=q_now.tolist()))
-    assert harness.spin_until(lambda: pub._q_measured is not None, 5.0)
+    assert harness.spin_until(lambda: pub._q_measured is not None)
 
     response = harness.call(probe, "sysid/start")
     assert not response.success and "no subscriber" in response.message
@@ -297,7 +331,7 @@ def test_send_trajectory_publishes_the_profile_once(harness, openarm):
     harness.wait_matched(pub._trajectory_pub)
     response = harness.call(probe, "sysid/start")
     assert response.success, response.message
-    assert harness.spin_until(lambda: trajectories, 5.0)
+    assert harness.spin_until(lambda: trajectories)
 
     msg = trajectories[0]
     assert list(msg.joint_names) == list(openarm.joint_names)
@@ -311,15 +345,15 @@ def test_send_trajectory_publishes_the_profile_once(harness, openarm):
     # progress follows the node clock: jump past the end of the profile
     end = 10.0 + pub.profile.time[-1] + 0.01
     clock_pub.publish(Clock(clock=Time(sec=int(end), nanosec=int((end % 1) * 1e9))))
-    assert harness.spin_until(lambda: rec.done[-1:] == [True], 5.0)
+    assert harness.spin_until(lambda: rec.done[-1:] == [True])
     assert rec.progress[-1] == 1.0
     # stop: one point at the measured pose, which the controller then holds
     assert harness.call(probe, "sysid/stop").success
-    assert harness.spin_until(lambda: len(trajectories) == 2, 5.0)
+    assert harness.spin_until(lambda: len(trajectories) == 2)
     (point,) = trajectories[1].points
     np.testing.assert_array_equal(point.positions, q_now)
     np.testing.assert_array_equal(point.velocities, 0.0)
-    assert harness.spin_until(lambda: rec.done[-1:] == [False], 5.0)
+    assert harness.spin_until(lambda: rec.done[-1:] == [False])
 
 
 def test_bad_model_path_keeps_the_nodes_alive(harness):
@@ -343,7 +377,7 @@ def test_start_needs_a_matching_pose(harness):
     state_pub = probe.create_publisher(JointState, "joint_states", 10)
     harness.wait_matched(state_pub)
     state_pub.publish(JointState(name=["shoulder", "elbow"], position=[0.0, 0.0]))
-    assert harness.spin_until(lambda: pub._pose_error is not None, 5.0)
+    assert harness.spin_until(lambda: pub._pose_error is not None)
     response = harness.call(probe, "sysid/start")
     assert not response.success and "lacks joints" in response.message and "joint1" in response.message
     response = harness.call(probe, "sysid/stop")
@@ -353,7 +387,7 @@ def test_start_needs_a_matching_pose(harness):
 def test_divergence_stops_the_simulation_not_the_node(harness):
     # gains far beyond what a 1 ms explicit step can take: the PD loop explodes within steps
     sim = _sim(harness, kp=[1e9] * 7, kd=[1e7] * 7, initial_positions=[0.5, 1.0, 0.3, 1.0, 0.2, 0.3, 0.2])
-    assert harness.spin_until(lambda: sim.error is not None, 5.0)
+    assert harness.spin_until(lambda: sim.error is not None)
     assert "diverged" in sim.error
     published = sim.published
     harness.spin_until(lambda: False, 0.2)
@@ -363,5 +397,5 @@ def test_divergence_stops_the_simulation_not_the_node(harness):
     client = probe.create_client(GetParameters, f"/{sim.get_name()}/get_parameters")
     assert client.wait_for_service(timeout_sec=5.0)
     future = client.call_async(GetParameters.Request(names=["rate_hz"]))
-    assert harness.spin_until(future.done, 5.0)
+    assert harness.spin_until(future.done)
     assert future.result().values[0].double_value == 1000.0
