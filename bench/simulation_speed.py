@@ -46,18 +46,13 @@ OPENARM_MOTORS = ("DM8009", "DM8009", "DM4340", "DM4340", "DM4310", "DM4310", "D
 
 
 def sim_identify(duration: float, damiao: bool) -> None:
-    import rclpy
     from sysid_ros import sim_identify as graph
 
     with tempfile.TemporaryDirectory() as out:
         argv = ["--model", str(ROBOTS / "openarm_class.xml"), "--truth-model", str(ROBOTS / "openarm_class_payload.xml"),
                 "--duration", str(duration), "--output-dir", out] + (["--damiao"] if damiao else [])
-        rclpy.init()
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
-                outcome = graph.simulate_and_identify(graph._parser().parse_args(argv))
-        finally:
-            rclpy.try_shutdown()
+        with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
+            outcome = graph.run(graph.build_parser().parse_args(argv))
     if outcome.error:
         print(f"  failed: {outcome.error}")
         return

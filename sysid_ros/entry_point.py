@@ -25,10 +25,6 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
     rclpy.init(args=args)
     try:
         node = node_class()
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        rclpy.try_shutdown()
-        sys.exit(1)
     except (Exception, KeyboardInterrupt) as err:
         # A signal during start-up shows as KeyboardInterrupt or, once rclpy's signal thread
         # has shut the context down, as the next rclpy call failing (RCLError). Either way the
@@ -37,6 +33,9 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
         interrupted = isinstance(err, (KeyboardInterrupt, ExternalShutdownException)) or not rclpy.ok()
         with _shutdown_signals_ignored():
             rclpy.try_shutdown()
+        if isinstance(err, ValueError):
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            sys.exit(1)
         if interrupted:
             return
         raise

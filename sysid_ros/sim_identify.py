@@ -49,7 +49,7 @@ from sysid_ros.trajectory_publisher import TrajectoryPublisher
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sysid-sim-identify", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=ROBOTS / "openarm_class.xml", help="nominal MJCF")
     parser.add_argument("--truth-model", type=Path, help="simulated MJCF (default: the nominal model)")
@@ -282,18 +282,27 @@ def _print(outcome: Outcome, args) -> None:
     print(f"Results in {args.output_dir}/")
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+def run(args) -> Outcome:
+    """``simulate_and_identify(args)`` between rclpy.init and shutdown of the default context.
+
+    ``args`` as parsed by ``build_parser()``; bad files raise SysidError, OSError or ValueError.
+    """
     rclpy.init()
     try:
-        outcome = simulate_and_identify(args)
-        _print(outcome, args)
-        return 0 if outcome.error is None else 1
+        return simulate_and_identify(args)
+    finally:
+        rclpy.try_shutdown()
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        outcome = run(args)
     except (SysidError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    finally:
-        rclpy.try_shutdown()
+    _print(outcome, args)
+    return 0 if outcome.error is None else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Shared fixtures: paths of the bundled and test models; an isolated ROS 2 domain."""
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "config" / "robots"
 MODELS = Path(__file__).resolve().parent / "models"
 BUNDLED = sorted(ROBOTS.glob("*.xml"))
+
+
+def run_python(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """``python *args`` in a process of its own, from the repository root with the package
+    importable; stdout and stderr captured as text."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 @pytest.fixture(scope="session")

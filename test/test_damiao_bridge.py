@@ -8,12 +8,10 @@ The arm is the horizontal planar 2R (no gravity torque), so it rests where it is
 import gc
 import itertools
 import os
-import subprocess
 import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import can
 import numpy as np
@@ -30,8 +28,9 @@ from sysid_core.damiao import MotorLimits, decode_mit, motor_limits, resolution
 from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_ros.damiao_bridge import DamiaoBridge
 
-ROOT = Path(__file__).resolve().parents[1]
-ARM = str(ROOT / "test" / "models" / "planar_2r.xml")
+from conftest import MODELS, run_python
+
+ARM = str(MODELS / "planar_2r.xml")
 LAYOUT = {
     "joint_names": ["joint1", "joint2"], "motor_types": ["DM4340", "DM4310"], "can_ids": [1, 2],
     "master_ids": [0x11, 0x12], "kp": [20.0, 10.0], "kd": [2.0, 0.6],
@@ -402,15 +401,12 @@ def test_ctrl_c_disables_every_motor(tmp_path):
         args += ["-p", f"{key}:={text}"]
     script = tmp_path / "run.py"
     script.write_text(SIGINT_SCRIPT.format(arm=ARM, args=args))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = run_python(str(script))
     assert "enabled" in done.stdout, done.stderr
     assert "after main: enabled False False" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_executable_exits_1_on_bad_parameters():
-    done = subprocess.run([sys.executable, "-m", "sysid_ros.damiao_bridge", "--ros-args", "-p",
-                           "joint_names:=['a']"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = run_python("-m", "sysid_ros.damiao_bridge", "--ros-args", "-p", "joint_names:=['a']")
     assert done.returncode == 1
     assert "error: parameters ['motor_types'" in done.stderr and "Traceback" not in done.stderr

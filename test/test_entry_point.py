@@ -3,14 +3,11 @@
 Each case runs a small node in a process of its own that signals itself, so that the signal
 handlers of rclpy and of pytest in this process are left alone.
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from conftest import ROOT
+from conftest import run_python
 
 SCRIPT = textwrap.dedent("""
     import faulthandler, os, signal, sys, time
@@ -51,8 +48,7 @@ SCRIPT = textwrap.dedent("""
 def run(tmp_path, mode):
     script = tmp_path / "probe.py"
     script.write_text(SCRIPT)
-    return subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_python(str(script), mode)
 
 
 @pytest.mark.parametrize("mode", ["sigint", "sigterm"])

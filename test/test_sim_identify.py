@@ -14,15 +14,9 @@ from sysid_ros import sim_identify
 
 
 def run(*argv):
-    import rclpy
-    args = sim_identify._parser().parse_args([
+    return sim_identify.run(sim_identify.build_parser().parse_args([
         "--model", str(ROBOTS / "openarm_class.xml"), "--truth-model", str(ROBOTS / "openarm_class_payload.xml"),
-        "--duration", "20", *argv])
-    rclpy.init()
-    try:
-        return sim_identify.simulate_and_identify(args)
-    finally:
-        rclpy.try_shutdown()
+        "--duration", "20", *argv]))
 
 
 def test_payload_identified_through_ros(tmp_path):
