@@ -20,11 +20,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sysid_core.damiao import motor_limits  # noqa: E402
-from sysid_core.excitation import multisine  # noqa: E402
-from sysid_core.excitation_design import optimize_excitation, regressor_condition  # noqa: E402
-from sysid_core.identification import IdentificationConfig  # noqa: E402
-from sysid_core.model import load_robot  # noqa: E402
+from sysid_core.damiao.protocol import motor_limits  # noqa: E402
+from sysid_core.dynamics.model import load_robot  # noqa: E402
+from sysid_core.excitation.design import optimize_excitation, regressor_condition  # noqa: E402
+from sysid_core.excitation.multisine import multisine  # noqa: E402
+from sysid_core.identification.identify import IdentificationConfig  # noqa: E402
 
 DURATION = 20.0        # s
 SAMPLE_RATE = 1000.0   # Hz

@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sysid_core import load_robot  # noqa: E402
-from sysid_core.excitation import multisine  # noqa: E402
-from sysid_core.friction import FRICTION_MODELS, JointModel  # noqa: E402
-from sysid_core.identification import IdentificationConfig, identify  # noqa: E402
+from sysid_core.dynamics.friction import FRICTION_MODELS, JointModel  # noqa: E402
+from sysid_core.excitation.multisine import multisine  # noqa: E402
+from sysid_core.identification.identify import IdentificationConfig, identify  # noqa: E402
 from sysid_core.simulation import MeasurementNoise, StribeckFriction, default_gains, simulate_tracking  # noqa: E402
 
 STATIC_OVER_COULOMB = 2.0

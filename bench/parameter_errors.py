@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sysid_core import load_robot  # noqa: E402
-from sysid_core.excitation import multisine  # noqa: E402
-from sysid_core.identification import IdentificationConfig, identify, model_parameter_vector  # noqa: E402
-from sysid_core.inertia import consistency_violations, to_com_inertia  # noqa: E402
+from sysid_core.dynamics.inertia import consistency_violations, to_com_inertia  # noqa: E402
+from sysid_core.excitation.multisine import multisine  # noqa: E402
+from sysid_core.identification.identify import IdentificationConfig, identify, model_parameter_vector  # noqa: E402
 from sysid_core.simulation import MeasurementNoise, default_gains, simulate_tracking  # noqa: E402
 
 ARMS = ("panda_class", "openarm_class")

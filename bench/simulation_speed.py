@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 import can  # noqa: E402
 
-from sysid_core import damiao as dm  # noqa: E402
-from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm  # noqa: E402
-from sysid_core.damiao import MitCommand, motor_limits  # noqa: E402
-from sysid_core.model import load_robot  # noqa: E402
+from sysid_core.damiao import protocol as dm  # noqa: E402
+from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm  # noqa: E402
+from sysid_core.damiao.protocol import MitCommand, motor_limits  # noqa: E402
+from sysid_core.dynamics.model import load_robot  # noqa: E402
 
 ROBOTS = ROOT / "config" / "robots"
 OPENARM_MOTORS = ("DM8009", "DM8009", "DM4340", "DM4340", "DM4310", "DM4310", "DM4310")

@@ -6,7 +6,7 @@ Typical use::
     robot = load_robot("arm.xml")
     Y = robot.regressor(q, dq, ddq)      # (N, n_joints, 10 * n_bodies)
 """
+from .dynamics.model import Robot, load_robot
 from .errors import DataError, IdentificationError, ModelError, SysidError
-from .model import Robot, load_robot
 
 __all__ = ["load_robot", "Robot", "SysidError", "ModelError", "DataError", "IdentificationError"]

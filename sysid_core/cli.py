@@ -11,19 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-from .damiao import motor_limits
+from .damiao.protocol import motor_limits
+from .dynamics.friction import JointModel
+from .dynamics.model import load_robot
 from .errors import IdentificationError, SysidError
-from .excitation import multisine
-from .excitation_design import optimize_excitation
-from .export import params_document, write_damiao_csv, write_params_json, write_updated_model
-from .filtering import FilterConfig
-from .friction import JointModel
-from .identification import ESTIMATORS, SCOPES, IdentificationConfig, identify, predict_torque
-from .model import load_robot
-from .plots import write_plots
-from .report import format_result
+from .excitation.design import optimize_excitation
+from .excitation.multisine import multisine
+from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
+from .identification.filtering import FilterConfig
+from .identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify, predict_torque
+from .results.export import params_document, write_damiao_csv, write_params_json, write_updated_model
+from .results.plots import write_plots
+from .results.report import format_result
 from .simulation import MeasurementNoise, default_gains, ideal_recording, simulate_tracking
-from .trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:

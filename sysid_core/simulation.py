@@ -19,8 +19,8 @@ import mujoco
 import numpy as np
 
 from .errors import DataError
-from .recording import Recording
-from .trajectory import Trajectory
+from .excitation.trajectory import Trajectory
+from .identification.recording import Recording
 
 # Divergence shows up as these warnings: MuJoCo then resets the state instead of propagating NaN.
 _DIVERGENCE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,

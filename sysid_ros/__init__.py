@@ -1,1 +1,2 @@
-"""sysid_ros: ROS 2 (rclpy) nodes around sysid_core (the nodes are added in the next issue)."""
+"""sysid_ros: the ROS 2 (rclpy) nodes around sysid_core: trajectory_publisher, mujoco_sim, identifier,
+damiao_bridge, and sim_identify, which runs them in one process."""

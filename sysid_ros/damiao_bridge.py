@@ -48,8 +48,8 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from sysid_core import damiao
-from sysid_core.damiao_arm import DamiaoArm, registers_to_limits
+from sysid_core.damiao import protocol
+from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
 from sysid_ros.entry_point import spin_node
 
 ENABLE_ATTEMPTS = 5
@@ -197,7 +197,7 @@ class DamiaoBridge(Node):
         """PMAX/VMAX/TMAX from each motor's registers; the table's values where a motor is silent."""
         limits = list(self.arm.limits)
         for j in range(self.arm.n):
-            values = [self._read_register(j, rid) for rid in (damiao.RID_PMAX, damiao.RID_VMAX, damiao.RID_TMAX)]
+            values = [self._read_register(j, rid) for rid in (protocol.RID_PMAX, protocol.RID_VMAX, protocol.RID_TMAX)]
             name = f"{self.arm.joint_names[j]} (0x{self.arm.can_ids[j]:02X})"
             if any(v is None for v in values):
                 self.get_logger().warning(f"{name} did not answer the PMAX/VMAX/TMAX register reads within "
@@ -212,7 +212,7 @@ class DamiaoBridge(Node):
 
     def _read_register(self, j: int, rid: int):
         self._register_replies.pop((j, rid), None)
-        self._send_frame(*damiao.read_register_frame(self.arm.can_ids[j], rid))
+        self._send_frame(*protocol.read_register_frame(self.arm.can_ids[j], rid))
         deadline = time.monotonic() + REGISTER_WAIT_S
         while (j, rid) not in self._register_replies and time.monotonic() < deadline:
             self._receive(timeout=max(deadline - time.monotonic(), 0.0))
@@ -225,16 +225,16 @@ class DamiaoBridge(Node):
         """
         joints = list(joints)
         confirmed, answered = set(), set()
-        pending = [j for j in joints if self.status[j] not in damiao.FAULT_STATUSES]
+        pending = [j for j in joints if self.status[j] not in protocol.FAULT_STATUSES]
         for _ in range(ENABLE_ATTEMPTS):
             if not pending:
                 break
-            self._request(pending, damiao.enable_frame(),
-                          lambda status: status == damiao.STATUS_ENABLED or status in damiao.FAULT_STATUSES)
+            self._request(pending, protocol.enable_frame(),
+                          lambda status: status == protocol.STATUS_ENABLED or status in protocol.FAULT_STATUSES)
             answered.update(j for j in pending if self._answered[j])
-            confirmed.update(j for j in pending if self._answered[j] and self.status[j] == damiao.STATUS_ENABLED)
-            pending = [j for j in pending if j not in confirmed and self.status[j] not in damiao.FAULT_STATUSES]
-        silent = [j for j in joints if j not in answered and self.status[j] not in damiao.FAULT_STATUSES]
+            confirmed.update(j for j in pending if self._answered[j] and self.status[j] == protocol.STATUS_ENABLED)
+            pending = [j for j in pending if j not in confirmed and self.status[j] not in protocol.FAULT_STATUSES]
+        silent = [j for j in joints if j not in answered and self.status[j] not in protocol.FAULT_STATUSES]
         if require_answer and silent:
             raise ValueError("no feedback from " + ", ".join(
                 f"{self.arm.joint_names[j]} (command id 0x{self.arm.can_ids[j]:02X}, feedback id "
@@ -242,8 +242,8 @@ class DamiaoBridge(Node):
                 + f" after {ENABLE_ATTEMPTS} enable attempts: check power, wiring, termination, the ids "
                 "and the bitrate (CAN 2.0 vs FD)")
         for j in joints:
-            if self.status[j] in damiao.FAULT_STATUSES:
-                self._log_fault(j, f"fault 0x{self.status[j]:X} ({damiao.status_text(self.status[j])})")
+            if self.status[j] in protocol.FAULT_STATUSES:
+                self._log_fault(j, f"fault 0x{self.status[j]:X} ({protocol.status_text(self.status[j])})")
         self.enabled = True
         self._armed_at = time.monotonic()
         self._missed[:] = 0
@@ -289,18 +289,18 @@ class DamiaoBridge(Node):
             self._bus_error(f"error frame 0x{msg.arbitration_id:X} {bytes(msg.data).hex(' ')}")
             return True
         j = self._by_master.get(msg.arbitration_id)
-        if j is None or len(msg.data) != damiao.FRAME_LENGTH:
+        if j is None or len(msg.data) != protocol.FRAME_LENGTH:
             return True
         self.frames_received += 1
         data = bytes(msg.data)
         can_id = self.arm.can_ids[j]
         # register replies share the master id with feedback; they echo the motor's id and an op code
         # (only read before enabling, so a feedback frame is never mistaken for one later)
-        if not self.enabled and data[2] in (damiao.OP_READ, damiao.OP_WRITE) and data[0] | data[1] << 8 == can_id:
-            _, _, rid, value = damiao.decode_register_reply(data)
+        if not self.enabled and data[2] in (protocol.OP_READ, protocol.OP_WRITE) and data[0] | data[1] << 8 == can_id:
+            _, _, rid, value = protocol.decode_register_reply(data)
             self._register_replies[(j, rid)] = value
             return True
-        feedback = damiao.decode_feedback(data, self.arm.limits[j])
+        feedback = protocol.decode_feedback(data, self.arm.limits[j])
         self._feedback[:, j] = feedback.position, feedback.velocity, feedback.torque
         self._temperatures[:, j] = feedback.mosfet_temperature, feedback.rotor_temperature
         new_fault = feedback.fault and self.status[j] != feedback.status
@@ -335,7 +335,7 @@ class DamiaoBridge(Node):
             self._send_commands()
         else:  # disabled: poll the state without moving anything
             for can_id in self.arm.can_ids:
-                self._send_frame(*damiao.refresh_frame(can_id))
+                self._send_frame(*protocol.refresh_frame(can_id))
 
     def _check_feedback(self) -> None:
         # a cycle without a reply counts only if the last round of frames had half a period to
@@ -369,7 +369,7 @@ class DamiaoBridge(Node):
         self.published += 1
 
     def _send_commands(self) -> None:
-        faulted = self.lost | np.isin(self.status, tuple(damiao.FAULT_STATUSES))
+        faulted = self.lost | np.isin(self.status, tuple(protocol.FAULT_STATUSES))
         q_measured = self.arm.to_joint(*self._feedback)[0]
         received = self._command_time
         track = (received >= self._armed_at) & (time.monotonic() - received <= self._timeout) & ~faulted.any()
@@ -388,7 +388,7 @@ class DamiaoBridge(Node):
             self._warn('clamp', f"commands clamped to the joint or motor limits: "
                        f"{[self.arm.joint_names[j] for j in np.flatnonzero(clamped)]} ({self.clamped} so far)")
         for j, command in enumerate(commands):
-            self._send_frame(self.arm.can_ids[j], damiao.encode_mit(command, self.arm.limits[j]))
+            self._send_frame(self.arm.can_ids[j], protocol.encode_mit(command, self.arm.limits[j]))
 
     # --- subscriptions and services ---------------------------------------------------------
 
@@ -439,17 +439,17 @@ class DamiaoBridge(Node):
         return response
 
     def _on_clear_errors(self, request, response):
-        faulted = [j for j in range(self.arm.n) if self.lost[j] or self.status[j] in damiao.FAULT_STATUSES]
+        faulted = [j for j in range(self.arm.n) if self.lost[j] or self.status[j] in protocol.FAULT_STATUSES]
         if not faulted:
             response.success, response.message = True, "no faults"
             return response
-        self._request(faulted, damiao.clear_error_frame(), lambda status: status not in damiao.FAULT_STATUSES)
+        self._request(faulted, protocol.clear_error_frame(), lambda status: status not in protocol.FAULT_STATUSES)
         silent = [j for j in faulted if not self._answered[j]]
         for j in faulted:
             self.lost[j] = j in silent
         answering = [j for j in faulted if j not in silent]
         failed = silent + (self._enable(answering, require_answer=False) if self.enabled else
-                           [j for j in answering if self.status[j] in damiao.FAULT_STATUSES])
+                           [j for j in answering if self.status[j] in protocol.FAULT_STATUSES])
         response.success = not failed
         response.message = (f"cleared {[self.arm.joint_names[j] for j in faulted]}" if not failed else
                             "still faulted: " + self._describe(failed))
@@ -462,8 +462,8 @@ class DamiaoBridge(Node):
         self.tracking[:] = False
         pending = list(range(self.arm.n))
         for _ in range(ENABLE_ATTEMPTS):
-            self._request(pending, damiao.disable_frame(), lambda status: status != damiao.STATUS_ENABLED)
-            pending = [j for j in pending if not self._answered[j] or self.status[j] == damiao.STATUS_ENABLED]
+            self._request(pending, protocol.disable_frame(), lambda status: status != protocol.STATUS_ENABLED)
+            pending = [j for j in pending if not self._answered[j] or self.status[j] == protocol.STATUS_ENABLED]
             if not pending:
                 break
         return pending
@@ -472,7 +472,7 @@ class DamiaoBridge(Node):
 
     def _describe(self, joints) -> str:
         return ", ".join(f"{self.arm.joint_names[j]} (status "
-                         f"{'none' if self.status[j] < 0 else damiao.status_text(self.status[j])}"
+                         f"{'none' if self.status[j] < 0 else protocol.status_text(self.status[j])}"
                          f"{', no feedback' if self.lost[j] else ''})" for j in joints)
 
     def _log_fault(self, j: int, what: str) -> None:
@@ -494,15 +494,15 @@ class DamiaoBridge(Node):
         hardware = f"{self._param('can_interface')}:{self._param('can_channel')}"
         for j, name in enumerate(self.arm.joint_names):
             status = int(self.status[j])
-            if self.lost[j] or status in damiao.FAULT_STATUSES:
+            if self.lost[j] or status in protocol.FAULT_STATUSES:
                 level = DiagnosticStatus.ERROR
-                message = "no feedback" if self.lost[j] else f"fault: {damiao.status_text(status)}"
-            elif status == damiao.STATUS_ENABLED:
+                message = "no feedback" if self.lost[j] else f"fault: {protocol.status_text(status)}"
+            elif status == protocol.STATUS_ENABLED:
                 level = DiagnosticStatus.OK
                 message = "tracking" if self.tracking[j] else "enabled, damping only (no fresh command)"
             else:
                 level = DiagnosticStatus.WARN if self.enabled else DiagnosticStatus.OK
-                message = "no feedback yet" if status < 0 else damiao.status_text(status)
+                message = "no feedback yet" if status < 0 else protocol.status_text(status)
             values = {"status": f"0x{status:X}" if status >= 0 else "none", "motor_type": self.arm.motor_types[j],
                       "position_rad": f"{q[j]:.4f}", "velocity_rad_s": f"{dq[j]:.4f}", "torque_nm": f"{tau[j]:.3f}",
                       "mosfet_temperature_c": str(self._temperatures[0, j]),

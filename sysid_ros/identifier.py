@@ -34,15 +34,15 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 
-from sysid_core import friction
+from sysid_core.dynamics import friction
+from sysid_core.dynamics.model import Robot, load_robot
 from sysid_core.errors import DataError, ModelError, SysidError
-from sysid_core.export import params_document, write_params_json, write_updated_model
-from sysid_core.filtering import FilterConfig
-from sysid_core.identification import ESTIMATORS, SCOPES, IdentificationConfig, identify
-from sysid_core.model import Robot, load_robot
-from sysid_core.plots import write_plots
-from sysid_core.recording import Recording
-from sysid_core.report import format_result
+from sysid_core.identification.filtering import FilterConfig
+from sysid_core.identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify
+from sysid_core.identification.recording import Recording
+from sysid_core.results.export import params_document, write_params_json, write_updated_model
+from sysid_core.results.plots import write_plots
+from sysid_core.results.report import format_result
 from sysid_ros.entry_point import spin_node
 
 EFFORT_MODES = ("torque", "current", "gravity_compensated")

@@ -39,8 +39,8 @@ from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import JointState
 
+from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError, SysidError
-from sysid_core.model import load_robot
 from sysid_core.simulation import (MeasurementNoise, default_gains, measure, mit_torque, mujoco_warnings,
                                    step, substeps_per_period)
 from sysid_ros.entry_point import spin_node

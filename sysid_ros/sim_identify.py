@@ -8,7 +8,7 @@ result table and the errors against the truth model. Exit status 0 on success, 1
 run or the identification failed (the reason is printed), 2 for bad arguments.
 
 With ``--damiao`` the arm is a virtual Damiao arm instead of mujoco_sim: the truth model
-behind emulated DM-J motors (sysid_core.damiao_emulator) on python-can's in-process
+behind emulated DM-J motors (sysid_core.damiao.emulator) on python-can's in-process
 ``virtual`` bus, driven by the real damiao_bridge node, so every command and measurement
 passes through the MIT-mode frames and their 16/12-bit quantisation. It runs in real time
 (the bridge's control loop is a wall-clock one, as on hardware); the parameter file
@@ -38,9 +38,9 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Bool, Float32
 from std_srvs.srv import Trigger
 
-from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
-from sysid_core.model import load_robot
 from sysid_ros.damiao_bridge import DamiaoBridge
 from sysid_ros.identifier import Identifier
 from sysid_ros.mujoco_sim import MujocoSim

@@ -36,10 +36,10 @@ from std_msgs.msg import Bool, Float32
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
-from sysid_core.excitation import excitation_with_approach_and_rest, multisine
-from sysid_core.model import load_robot
-from sysid_core.trajectory import load_trajectory, resample
+from sysid_core.excitation.multisine import excitation_with_approach_and_rest, multisine
+from sysid_core.excitation.trajectory import load_trajectory, resample
 from sysid_ros.entry_point import spin_node
 
 EXCITATIONS = ('multisine', 'optimized', 'file')
@@ -127,7 +127,7 @@ class TrajectoryPublisher(Node):
         duration = float(self.get_parameter('duration').value)
         if kind == 'optimized':
             # imported only for this kind: the search (scipy.optimize) stays out of the node otherwise
-            from sysid_core.excitation_design import optimize_excitation
+            from sysid_core.excitation.design import optimize_excitation
             design = optimize_excitation(
                 robot, duration, self._rate, seed=self.get_parameter('seed').value, max_velocity=self._max_velocity,
                 time_limit_s=float(self.get_parameter('excitation_time_limit').value))

@@ -4,9 +4,9 @@ import pytest
 
 from conftest import MODELS, ROBOTS
 from sysid_core import IdentificationError, load_robot
-from sysid_core.base_parameters import base_parameters
-from sysid_core.identification import IdentificationConfig, structural_base_parameters
-from sysid_core.inertia import PARAMETER_NAMES
+from sysid_core.dynamics.inertia import PARAMETER_NAMES
+from sysid_core.identification.base_parameters import base_parameters
+from sysid_core.identification.identify import IdentificationConfig, structural_base_parameters
 
 L1 = 0.5  # distance joint1 -> joint2 along link1's x axis in the planar models
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from rclpy.parameter import Parameter
 
-from sysid_core.damiao_arm import DamiaoArm
-from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao.arm import DamiaoArm
+from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_ros.damiao_bridge import DamiaoBridge
 from sysid_ros.identifier import Identifier
 from sysid_ros.mujoco_sim import MujocoSim

@@ -5,11 +5,11 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import ROBOTS
 from sysid_core import load_robot
-from sysid_core.consistency import consistent_parameters, nearest_consistent
-from sysid_core.excitation import multisine
-from sysid_core.identification import IdentificationConfig, identify, predict_torque
-from sysid_core.inertia import consistency_violations
-from sysid_core.filtering import prepare
+from sysid_core.dynamics.inertia import consistency_violations
+from sysid_core.excitation.multisine import multisine
+from sysid_core.identification.consistency import consistent_parameters, nearest_consistent
+from sysid_core.identification.filtering import prepare
+from sysid_core.identification.identify import IdentificationConfig, identify, predict_torque
 from sysid_core.simulation import MeasurementNoise, default_gains, simulate_tracking
 
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from sysid_core.damiao import MotorLimits, decode_mit, encode_mit, motor_limits, resolution
-from sysid_core.damiao_arm import DamiaoArm, registers_to_limits
+from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
+from sysid_core.damiao.protocol import MotorLimits, decode_mit, encode_mit, motor_limits, resolution
 
 LAYOUT = dict(joint_names=["j1", "j2", "j3"], motor_types=["DM8009", "DM4340", "DM4310"],
               can_ids=[1, 2, 3], master_ids=[0x11, 0x12, 0x13], kp=[100.0, 50.0, 10.0], kd=[2.0, 1.0, 0.5],

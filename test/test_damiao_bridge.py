@@ -23,9 +23,9 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from sysid_core import damiao
-from sysid_core.damiao import MotorLimits, decode_mit, motor_limits, resolution
-from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao import protocol
+from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao.protocol import MotorLimits, decode_mit, motor_limits, resolution
 from sysid_ros.damiao_bridge import DamiaoBridge
 
 from conftest import MODELS, run_python
@@ -233,7 +233,7 @@ def test_commands_far_from_the_arm_are_not_tracked(rig):
     assert abs(r.arm.q[0]) < 0.01
 
 
-@pytest.mark.parametrize("status", sorted(damiao.FAULT_STATUSES))
+@pytest.mark.parametrize("status", sorted(protocol.FAULT_STATUSES))
 def test_a_fault_stops_tracking_is_reported_and_cleared_only_on_request(rig, status):
     r = rig()
     r.command(["joint1", "joint2"], [0.0, 0.0])
@@ -249,7 +249,7 @@ def test_a_fault_stops_tracking_is_reported_and_cleared_only_on_request(rig, sta
     assert damping_only(r, 1, fault_seen + 0.005) and damping_only(r, 2, fault_seen + 0.005)
     errors = [s for a in r.diagnostics for s in a.status
               if s.level == DiagnosticStatus.ERROR and s.name == "damiao_bridge: joint2"]
-    assert errors and damiao.status_text(status) in errors[-1].message
+    assert errors and protocol.status_text(status) in errors[-1].message
     # enabling does not clear a fault; clear_errors does, then commands are tracked again
     assert not r.call("/sysid/damiao/enable").success
     assert r.bridge.status[1] == status
@@ -375,7 +375,7 @@ SIGINT_SCRIPT = textwrap.dedent("""
     import faulthandler, sys, threading, time, signal, os
     faulthandler.dump_traceback_later(40, exit=True)  # a hang shows every thread's stack and ends
     sys.setswitchinterval(0.0005)
-    from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+    from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
     from sysid_ros import damiao_bridge
     arm = VirtualDamiaoArm({arm!r}, [EmulatedMotor("joint1", "DM4340", 1, 0x11),
                                      EmulatedMotor("joint2", "DM4310", 2, 0x12)], channel="sigint")

@@ -1,7 +1,7 @@
 """The virtual Damiao arm: protocol behaviour on a python-can virtual bus, physics through MuJoCo.
 
 Oracles are independent of the emulator: bytes built by hand from the reference
-(shared/reference/damiao-mit-protocol.md), the codec of sysid_core.damiao (tested on its own in
+(shared/reference/damiao-mit-protocol.md), the codec of sysid_core.damiao.protocol (tested on its own in
 test_damiao_protocol.py), MuJoCo's own mj_inverse, and plain MuJoCo runs of the same model under
 the joint torques the reference says the motors must apply. Manual mode (poll/advance) keeps the
 tests deterministic; one test runs the real-time thread.
@@ -18,9 +18,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from sysid_core import damiao as dm
-from sysid_core.damiao import MitCommand, MotorLimits, motor_limits, resolution
-from sysid_core.damiao_emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao import protocol as dm
+from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao.protocol import MitCommand, MotorLimits, motor_limits, resolution
 from sysid_core.simulation import mujoco_warnings
 
 from conftest import ROBOTS
@@ -590,7 +590,7 @@ def test_divergence_sets_error_zeroes_torque_and_raises(rig, caplog):
     r = rig(motors=openarm_motors(m6=dict(limits=HUGE)))
     r.enable(6)
     r.mit(6, MitCommand(0.0, 0.0, 0.0, 0.0, 1e9), limits=HUGE)
-    with caplog.at_level(logging.ERROR, logger="sysid_core.damiao_emulator"), \
+    with caplog.at_level(logging.ERROR, logger="sysid_core.damiao.emulator"), \
             mujoco_warnings(), pytest.raises(RuntimeError, match="diverged"):
         r.arm.advance(0.01)
     assert "diverged" in r.arm.error and "diverged" in caplog.text
@@ -604,7 +604,7 @@ def test_divergence_in_the_thread_stops_replies(model, caplog):
     host = can.Bus(interface="virtual", channel=channel)
     arm = VirtualDamiaoArm(model, openarm_motors(m6=dict(limits=HUGE)), channel=channel)
     try:
-        with caplog.at_level(logging.ERROR, logger="sysid_core.damiao_emulator"), mujoco_warnings():
+        with caplog.at_level(logging.ERROR, logger="sysid_core.damiao.emulator"), mujoco_warnings():
             arm.start()
             host.send(can.Message(arbitration_id=7, data=dm.enable_frame(), is_extended_id=False))
             assert host.recv(timeout=REPLY_WAIT) is not None
@@ -700,7 +700,7 @@ def test_an_exception_in_the_thread_is_recorded_and_logged(model, caplog):
 
     arm._handle_command = broken      # white box: stands for any bug in frame handling
     try:
-        with caplog.at_level(logging.ERROR, logger="sysid_core.damiao_emulator"):
+        with caplog.at_level(logging.ERROR, logger="sysid_core.damiao.emulator"):
             arm.start()
             host.send(can.Message(arbitration_id=1, data=dm.enable_frame(), is_extended_id=False))
             deadline = time.monotonic() + 2.0

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from sysid_core.damiao import MOTOR_LIMITS, MotorLimits, motor_limits
+from sysid_core.damiao.protocol import MOTOR_LIMITS, MotorLimits, motor_limits
 
 
 @pytest.mark.parametrize("name, pmax, vmax, tmax", [

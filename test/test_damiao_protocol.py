@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sysid_core import damiao as dm
-from sysid_core.damiao import (
+from sysid_core.damiao import protocol as dm
+from sysid_core.damiao.protocol import (
     FAULT_STATUSES, MOTOR_LIMITS, STATUS, Feedback, MitCommand, MotorLimits,
     clear_error_frame, command_id, decode_feedback, decode_mit, decode_register_reply,
     disable_frame, enable_frame, encode_feedback, encode_mit, motor_limits,

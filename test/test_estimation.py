@@ -4,8 +4,8 @@ import pytest
 
 from conftest import ROBOTS
 from sysid_core import IdentificationError, load_robot
-from sysid_core.base_parameters import base_parameters
-from sysid_core.estimation import estimate
+from sysid_core.identification.base_parameters import base_parameters
+from sysid_core.identification.estimation import estimate
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sysid_core.excitation import MIN_SEPARATION_HZ, _SIMPLE_RATIOS, _draw_frequencies, multisine
-from sysid_core.model import load_robot
+from sysid_core.dynamics.model import load_robot
+from sysid_core.excitation.multisine import MIN_SEPARATION_HZ, _SIMPLE_RATIOS, _draw_frequencies, multisine
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 

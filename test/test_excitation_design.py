@@ -13,12 +13,12 @@ import pytest
 from conftest import MODELS, ROBOTS
 from sysid_core.cli import main
 from sysid_core.errors import DataError
-from sysid_core.excitation import multisine
-from sysid_core.excitation_design import (ExcitationDesign, actuator_torque_limits, optimize_excitation,
+from sysid_core.excitation.multisine import multisine
+from sysid_core.excitation.design import (ExcitationDesign, actuator_torque_limits, optimize_excitation,
                                           regressor_condition, rest_to_rest_series)
-from sysid_core.identification import IdentificationConfig, base_regressor
-from sysid_core.model import load_robot
-from sysid_core.trajectory import Trajectory, load_trajectory, resample, save_trajectory
+from sysid_core.dynamics.model import load_robot
+from sysid_core.excitation.trajectory import Trajectory, load_trajectory, resample, save_trajectory
+from sysid_core.identification.identify import IdentificationConfig, base_regressor
 
 PLANAR = MODELS / "planar_2r_vertical.xml"
 OPENARM = ROBOTS / "openarm_class.xml"

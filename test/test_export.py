@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from sysid_core.errors import IdentificationError
-from sysid_core.estimation import Estimate
-from sysid_core.export import params_document, write_damiao_csv, write_params_json, write_updated_model
-from sysid_core.identification import (IdentificationConfig, IdentificationResult, Metrics, column_names,
+from sysid_core.identification.estimation import Estimate
+from sysid_core.results.export import params_document, write_damiao_csv, write_params_json, write_updated_model
+from sysid_core.identification.identify import (IdentificationConfig, IdentificationResult, Metrics, column_names,
                                        model_parameter_vector, structural_base_parameters)
-from sysid_core.inertia import from_com_inertia
-from sysid_core.model import load_robot
-from sysid_core.report import format_result
-from sysid_core.trajectory import Trajectory
+from sysid_core.dynamics.inertia import from_com_inertia
+from sysid_core.dynamics.model import load_robot
+from sysid_core.excitation.trajectory import Trajectory
+from sysid_core.results.report import format_result
 
 ROOT = Path(__file__).resolve().parent.parent
 PANDA = ROOT / "config" / "robots" / "panda_class.xml"

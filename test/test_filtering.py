@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 from scipy import signal
 
 from sysid_core.errors import DataError
-from sysid_core.filtering import MAX_GAP_PERIODS, FilterConfig, derivative, lowpass, prepare, resample_uniform
-from sysid_core.recording import Recording
+from sysid_core.identification.filtering import MAX_GAP_PERIODS, FilterConfig, derivative, lowpass, prepare, resample_uniform
+from sysid_core.identification.recording import Recording
 
 RATE = 1000.0
 FREQS = np.array([0.3, 1.1, 2.3])      # Hz

@@ -14,12 +14,12 @@ import pytest
 from conftest import ROBOTS
 from sysid_core import load_robot
 from sysid_core.cli import main
-from sysid_core.estimation import estimate
-from sysid_core.excitation import multisine
-from sysid_core.friction import (FRICTION_MODELS, FrictionModel, FrictionSelection, JointFriction, JointModel,
+from sysid_core.excitation.multisine import multisine
+from sysid_core.identification.estimation import estimate
+from sysid_core.dynamics.friction import (FRICTION_MODELS, FrictionModel, FrictionSelection, JointFriction, JointModel,
                                  fit_nonlinear, friction_regressor)
-from sysid_core.identification import IdentificationConfig, column_names, identify, predict_torque
-from sysid_core.recording import Recording
+from sysid_core.identification.identify import IdentificationConfig, column_names, identify, predict_torque
+from sysid_core.identification.recording import Recording
 from sysid_core.simulation import (MeasurementNoise, StribeckFriction, default_gains, ideal_recording,
                                    simulate_tracking)
 

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import ROBOTS
 from sysid_core import DataError, IdentificationError, load_robot
-from sysid_core.excitation import multisine
-from sysid_core.friction import JointModel
-from sysid_core.identification import IdentificationConfig, identify, model_parameter_vector, predict_torque
-from sysid_core.recording import Recording
+from sysid_core.dynamics.friction import JointModel
+from sysid_core.excitation.multisine import multisine
+from sysid_core.identification.identify import IdentificationConfig, identify, model_parameter_vector, predict_torque
+from sysid_core.identification.recording import Recording
 from sysid_core.simulation import ideal_recording
 
 
@@ -54,7 +54,7 @@ def test_full_scope_recovers_base_parameters_exactly(exact_panda):
 
 def test_identified_model_matches_mj_inverse_of_written_file(exact_panda, tmp_path):
     """updated_model.xml, loaded by MuJoCo, reproduces the identified torques."""
-    from sysid_core.export import write_updated_model
+    from sysid_core.results.export import write_updated_model
     nominal, truth, recording = exact_panda
     result = identify(nominal, recording, IdentificationConfig(scope="terminal", estimator="ols",
                                                                joint_model=JointModel(("viscous",))))

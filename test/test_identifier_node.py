@@ -26,11 +26,11 @@ from std_srvs.srv import Trigger
 
 from conftest import ROBOTS
 from sysid_core import load_robot
-from sysid_core.excitation import multisine
-from sysid_core.identification import identify
-from sysid_core.recording import Recording
+from sysid_core.excitation.multisine import multisine
+from sysid_core.excitation.trajectory import Trajectory
+from sysid_core.identification.identify import identify
+from sysid_core.identification.recording import Recording
 from sysid_core.simulation import ideal_recording
-from sysid_core.trajectory import Trajectory
 from sysid_ros.identifier import Identifier
 
 NOMINAL = ROBOTS / "openarm_class.xml"

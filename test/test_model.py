@@ -5,7 +5,7 @@ import pytest
 
 from conftest import BUNDLED, MODELS, ROBOTS
 from sysid_core import ModelError, load_robot
-from sysid_core.inertia import consistency_violations
+from sysid_core.dynamics.inertia import consistency_violations
 
 
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from sysid_core.errors import DataError
-from sysid_core.excitation import (MIN_RAMP_DURATION, QUINTIC_PEAK_SPEED, RAMP_DURATION,
+from sysid_core.excitation.multisine import (MIN_RAMP_DURATION, QUINTIC_PEAK_SPEED, RAMP_DURATION,
                                    excitation_with_approach_and_rest, multisine, transition,
                                    transition_duration)
-from sysid_core.model import load_robot
+from sysid_core.dynamics.model import load_robot
 from sysid_core.simulation import (default_gains, diverged, measure, mit_torque, mujoco_warnings, step,
                                    substeps_per_period)
-from sysid_core.trajectory import Trajectory
+from sysid_core.excitation.trajectory import Trajectory
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 

@@ -4,10 +4,10 @@ import pytest
 
 from conftest import ROBOTS
 from sysid_core import load_robot
-from sysid_core.excitation import multisine
-from sysid_core.friction import JointModel
-from sysid_core.identification import IdentificationConfig, identify
-from sysid_core.plots import MAX_POINTS, parameter_figure, torque_figure, write_plots
+from sysid_core.dynamics.friction import JointModel
+from sysid_core.excitation.multisine import multisine
+from sysid_core.identification.identify import IdentificationConfig, identify
+from sysid_core.results.plots import MAX_POINTS, parameter_figure, torque_figure, write_plots
 from sysid_core.simulation import ideal_recording
 
 matplotlib = pytest.importorskip("matplotlib")

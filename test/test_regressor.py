@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import BUNDLED, MODELS
 from sysid_core import load_robot
-from sysid_core.friction import JointModel, joint_regressor
+from sysid_core.dynamics.friction import JointModel, joint_regressor
 
 MODELS_UNDER_TEST = BUNDLED + [MODELS / "tree_arm.xml", MODELS / "planar_2r.xml", MODELS / "planar_2r_vertical.xml"]
 
@@ -106,7 +106,7 @@ def test_regressor_rejects_wrong_shapes():
 
 def test_regressor_blocks_match_one_block(monkeypatch):
     """Blocks of samples (the last one overlapping), and reused temporaries, change nothing."""
-    from sysid_core import regressor as regressor_module
+    from sysid_core.dynamics import regressor as regressor_module
     robot = load_robot(MODELS / "tree_arm.xml")
     q, dq, ddq = _states(robot, np.random.default_rng(4), 37)
     whole = robot.regressor(q, dq, ddq).copy()
@@ -120,7 +120,7 @@ def test_regressor_blocks_match_one_block(monkeypatch):
 
 
 def test_sin_cos_matches_numpy_to_an_ulp_or_two():
-    from sysid_core.kinematics import sin_cos
+    from sysid_core.dynamics.kinematics import sin_cos
     rng = np.random.default_rng(8)
     angle = np.concatenate([rng.uniform(-4.0, 4.0, 20000), rng.uniform(-3000.0, 3000.0, 20000),
                             np.arange(-64, 65) * (np.pi / 8), [0.0, -0.0, 1e-300]])
@@ -140,7 +140,7 @@ def test_sin_cos_matches_numpy_to_an_ulp_or_two():
 
 def test_regressor_plans_follow_the_tree():
     """The recorded operations (per thread, for the last tree and block size) are redone for another tree."""
-    from sysid_core.kinematics import Workspace, forward_pass
+    from sysid_core.dynamics.kinematics import Workspace, forward_pass
     robots = [load_robot(path) for path in (MODELS / "tree_arm.xml", BUNDLED[0], MODELS / "tree_arm.xml")]
     rng = np.random.default_rng(9)
     for robot in robots:

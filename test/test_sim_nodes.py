@@ -21,8 +21,8 @@ from std_msgs.msg import Bool, Float32
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from sysid_core.excitation import multisine
-from sysid_core.model import load_robot
+from sysid_core.dynamics.model import load_robot
+from sysid_core.excitation.multisine import multisine
 from sysid_ros.mujoco_sim import MujocoSim
 from sysid_ros.trajectory_publisher import TrajectoryPublisher
 

@@ -5,9 +5,9 @@ import mujoco
 import numpy as np
 import pytest
 
+from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError
-from sysid_core.excitation import multisine
-from sysid_core.model import load_robot
+from sysid_core.excitation.multisine import multisine
 from sysid_core.simulation import (MeasurementNoise, default_gains, ideal_recording,
                                    simulate_tracking)
 

@@ -21,14 +21,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import estimation, friction
+from ..dynamics import friction
+from ..dynamics.inertia import PARAMETER_NAMES
+from ..dynamics.model import Robot
+from ..errors import DataError
+from . import estimation
 from .base_parameters import BaseParameters, base_parameters
 from .consistency import consistent_parameters
-from .errors import DataError
 from .estimation import Estimate, estimate
 from .filtering import FilterConfig, prepare
-from .inertia import PARAMETER_NAMES
-from .model import Robot
 from .recording import Recording
 
 SCOPES = ("terminal", "full")

@@ -52,10 +52,10 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from .excitation import _center_and_half_range, _limit_array, _validate_range
-from .identification import (IdentificationConfig, base_regressor, column_names, model_parameter_vector,
-                             structural_base_parameters)
-from .model import Robot
+from ..dynamics.model import Robot
+from ..identification.identify import (IdentificationConfig, base_regressor, column_names, model_parameter_vector,
+                                       structural_base_parameters)
+from .multisine import _center_and_half_range, _limit_array, _validate_range
 from .trajectory import Trajectory
 
 CRITERIA = ("condition", "scaled_condition", "weighted")

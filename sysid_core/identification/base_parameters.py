@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from .errors import IdentificationError
+from ..errors import IdentificationError
 
 ZERO_COLUMN = 1e-10  # column norm, relative to the largest, below which a column is round-off
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from .errors import IdentificationError
-from .inertia import from_pseudo_inertia, pseudo_inertia
+from ..dynamics.inertia import from_pseudo_inertia, pseudo_inertia
+from ..errors import IdentificationError
 
 LENGTH_SCALE = 0.1  # m: the size of a link, to scale first moments and inertias of the prior
 RELATIVE_FLOOR = 1e-6  # smallest relative standard deviation granted to a base parameter

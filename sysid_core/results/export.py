@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .damiao import _normalise as _motor_name
-from .damiao import motor_limits
-from .errors import IdentificationError, ModelError
-from .friction import PARAMETER_UNITS as _FRICTION_UNITS
-from .friction import FrictionModel, JointFriction
-from .inertia import PARAMETER_NAMES, consistency_violations, to_com_inertia
+from ..damiao.protocol import _normalise as _motor_name
+from ..damiao.protocol import motor_limits
+from ..dynamics.friction import FrictionModel, JointFriction
+from ..dynamics.friction import PARAMETER_UNITS as _FRICTION_UNITS
+from ..dynamics.inertia import PARAMETER_NAMES, consistency_violations, to_com_inertia
+from ..errors import IdentificationError, ModelError
 
 _INERTIA_KEYS = PARAMETER_NAMES[4:]  # Ixx, Ixy, Ixz, Iyy, Iyz, Izz
 
@@ -87,7 +87,7 @@ def _check_same_model(result, robot) -> None:
 
 def _truth_sections(result, truth, terminal_theta) -> tuple[dict, dict]:
     # Imported here so that exporting does not depend on the whole identification pipeline.
-    from .identification import model_parameter_vector
+    from ..identification.identify import model_parameter_vector
 
     body = result.terminal_body
     if body not in truth.body_names:
@@ -424,7 +424,7 @@ def _own_values(result, robot) -> dict:
 
 
 def _verify(path: Path, written: dict, result, mesh_dir) -> None:
-    from .model import load_robot
+    from ..dynamics.model import load_robot
 
     try:
         reloaded = load_robot(path, mesh_dir=mesh_dir)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal
 
-from .errors import DataError
+from ..errors import DataError
 from .recording import Recording
 
 # Fewer samples than this cannot support an identification of a 7-DOF arm.

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .filtering import prepare
-from .identification import IdentificationResult, predict_torque
-from .model import Robot
-from .recording import Recording
+from ..dynamics.model import Robot
+from ..identification.filtering import prepare
+from ..identification.identify import IdentificationResult, predict_torque
+from ..identification.recording import Recording
 
 MAX_POINTS = 4000  # per line: a 10-minute 1 kHz recording would only blacken the figure
 POORLY_DETERMINED_PERCENT = 10.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .damiao import KD_MAX, KP_MAX, MANAGEMENT_ID, MitCommand, MotorLimits, motor_limits
+from .protocol import KD_MAX, KP_MAX, MANAGEMENT_ID, MitCommand, MotorLimits, motor_limits
 
 
 @dataclass(frozen=True, eq=False)

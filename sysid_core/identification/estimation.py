@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import IdentificationError
+from ..errors import IdentificationError
 
 ESTIMATORS = ("ols", "ridge", "wls")
 RANK_TOLERANCE = 1e-10  # smallest singular value of the column-scaled regressor, relative

@@ -29,7 +29,7 @@ from functools import lru_cache, partial
 
 import numpy as np
 
-from .model import HINGE, KinematicTree
+from .tree import HINGE, KinematicTree
 
 
 def _skew(x: np.ndarray) -> np.ndarray:

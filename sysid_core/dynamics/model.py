@@ -8,49 +8,17 @@ chains and trees.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
-from .errors import ModelError
+from ..errors import ModelError
 from .inertia import from_com_inertia, transform_parameters
+from .tree import HINGE, SLIDE, KinematicTree
 
-HINGE, SLIDE = 0, 1
 _TYPE_NAMES = {int(mujoco.mjtJoint.mjJNT_FREE): "free", int(mujoco.mjtJoint.mjJNT_BALL): "ball"}
-
-
-@dataclass(frozen=True, eq=False)
-class KinematicTree:
-    """Constant geometry of the moving bodies, in model order.
-
-    Per moving body b (nb of them): ``parent[b]`` index of the moving parent or -1 for the
-    world; ``fixed_rotation[b]`` (3, 3) and ``fixed_translation[b]`` (3,) place the body frame,
-    with its joints at their reference positions, in the parent's frame (the world for -1).
-    Per joint j (n of them, MuJoCo dof order): ``joint_body``, ``joint_type`` (HINGE/SLIDE),
-    ``joint_axis`` (3,) and ``joint_pos`` (3,) in the body frame, ``joint_ref`` (qpos0).
-    ``support[j, b]`` is True when joint j moves body b.
-    """
-
-    parent: np.ndarray
-    fixed_rotation: np.ndarray
-    fixed_translation: np.ndarray
-    joint_body: np.ndarray
-    joint_type: np.ndarray
-    joint_axis: np.ndarray
-    joint_pos: np.ndarray
-    joint_ref: np.ndarray
-    support: np.ndarray
-    body_joints: tuple = field(default=())
-
-    @property
-    def n_bodies(self) -> int:
-        return len(self.parent)
-
-    @property
-    def n_joints(self) -> int:
-        return len(self.joint_body)
 
 
 def _body_pose(data: mujoco.MjData, body: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,7 +162,7 @@ class Robot:
         with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
         torques in N m (N for slides), gravity included.
         """
-        from .regressor import joint_torque_regressor
+        from .regressor import joint_torque_regressor  # imports SymPy: not at `import sysid_core`
         return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
 
     def inverse_dynamics(self, q, dq, ddq, parameters=None) -> np.ndarray:

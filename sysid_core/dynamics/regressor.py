@@ -7,8 +7,8 @@ from functools import lru_cache, partial
 import numpy as np
 
 from .kinematics import Workspace, as_samples, forward_pass, joint_chains, joint_steps, run
-from .model import KinematicTree
 from .rigid_body import body_regressor_blocks
+from .tree import KinematicTree
 
 # Samples per block: bounds the temporaries (about 6 kB per sample on a 7-DOF arm) while
 # the Python overhead per block (a few hundred ufunc calls) stays small.

@@ -71,9 +71,9 @@ import can
 import mujoco
 import numpy as np
 
-from . import damiao as dm
-from .damiao import MotorLimits
-from .simulation import diverged
+from ..simulation import diverged
+from . import protocol as dm
+from .protocol import MotorLimits
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 FORMAT = "sysid_ros trajectory"
 FORMAT_VERSION = 1

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 
 @dataclass(frozen=True, eq=False)
