@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import InvalidHandle, ParameterUninitializedException
 from rclpy.node import Node
@@ -262,7 +263,10 @@ class Identifier(Node):
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._result_pub = self.create_publisher(String, "sysid/result", latched)
-        self._identify_service = self.create_service(Trigger, "sysid/identify", self._on_identify)
+        # a group of its own: a pending identify (a coroutine awaiting the thread) holds its
+        # callback group until it answers, and the recording must not wait for it
+        self._identify_service = self.create_service(Trigger, "sysid/identify", self._on_identify,
+                                                     callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(Trigger, "sysid/reset", self._on_reset)
         # the publisher latches its done flag, so a late identifier still sees the last one
         self._done = False
