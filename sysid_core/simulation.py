@@ -11,6 +11,7 @@ in MuJoCo dof order.
 """
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
@@ -135,8 +136,14 @@ def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=N
     torque (N, n) N m is ``qfrc_inverse``: rigid body, armature, damping and the soft
     friction-loss constraint force (equal to Coulomb friction once the joint slides).
     ``joint_names`` (n,) default to the model's. The Recording carries ddq = the planned ddq.
+    Bodies with ``gravcomp`` are computed without it (on a copy of the model): MuJoCo's
+    gravity compensation is a simulator force no real arm has, and the simulated plant runs
+    without it too.
     """
     _check_model(model)
+    if np.any(model.body_gravcomp):
+        model = copy.copy(model)  # MjModel copies are deep
+        model.body_gravcomp[:] = 0.0
     num = _check_trajectory(model, trajectory)
     names = _joint_names(model, joint_names)
     q, dq, ddq = (np.asarray(a, dtype=float) for a in (trajectory.q, trajectory.dq, trajectory.ddq))
