@@ -1,8 +1,9 @@
 """``sysid-identify``: identify an arm's payload and dynamics offline from MuJoCo.
 
-Exit status: 0 on success, 2 for bad input (model, options, data), 3 when the
-identification is ill-posed or its result would be unphysical (nothing unphysical
-is ever written into a model file).
+Exit status: 0 on success (verdict good or doubtful), 2 for bad input (model, options,
+data), 3 when the identification is ill-posed or its verdict is failed (then no
+updated_model.xml is written; params.json says why). Nothing unphysical is ever
+written into a model file.
 """
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import time
 from pathlib import Path
 
 from .damiao.protocol import motor_limits
+from dataclasses import replace
+
 from .dynamics.friction import JointModel
+from .dynamics.joint_physics import MujocoPhysics
 from .dynamics.model import load_robot
 from .errors import IdentificationError, SysidError
 from .excitation.design import optimize_excitation
@@ -172,9 +176,14 @@ def run(args: argparse.Namespace) -> int:
     validation = record(check_plan, "validation run")
 
     terms = () if args.no_friction else ("coulomb", "viscous")
+    # the data come from MuJoCo: its frictionloss constraint, and for forward simulation the
+    # damping its integrator applies at the end of each step, are part of the model
+    physics = (MujocoPhysics.inverse(plant.model) if args.source == "ideal" else
+               MujocoPhysics.simulation(plant.model, plant.model.opt.timestep))
     config = IdentificationConfig(scope=args.scope, estimator=args.estimator, robust=args.robust,
                                   joint_model=JointModel(terms, args.coulomb_smoothing), friction_models=args.friction_model,
-                                  filter=FilterConfig(cutoff_hz=args.cutoff, velocity_from_position=args.velocity_from_position), seed=args.seed)
+                                  filter=FilterConfig(cutoff_hz=args.cutoff, velocity_from_position=args.velocity_from_position),
+                                  seed=args.seed, physics=physics)
     print(f"Identifying ({args.scope} scope, {args.estimator})")
     result = identify(robot, recording, config, validation=validation)
 
@@ -187,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
             write_plots(args.output_dir, robot, result, recording, validation)
         except ImportError as err:  # matplotlib is optional for the core
             print(f"warning: no plots ({err}); install matplotlib or pass --no-plots", file=sys.stderr)
+    if result.verdict.level == "failed":
+        print("error: identification failed, updated_model.xml not written: "
+              + "; ".join(result.verdict.reasons), file=sys.stderr)
+        print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
+        return 3
     status = 0
     try:
         write_updated_model(args.model, args.output_dir / "updated_model.xml", robot, result)
@@ -194,7 +208,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: updated_model.xml not written: {err}", file=sys.stderr)
         status = 3
     if args.export_damiao:
-        torque = predict_torque(robot, result, plan.q, plan.dq, plan.ddq)
+        # feed-forward for real motors: a real joint's friction, not the simulator's
+        hardware = replace(result, config=replace(result.config, physics=None))
+        torque = predict_torque(robot, hardware, plan.q, plan.dq, plan.ddq)
         clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
         print("Damiao export, samples clamped per joint: " +
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
