@@ -24,9 +24,9 @@ from .excitation.trajectory import load_trajectory, resample, sample_rate as tra
 from .identification.filtering import FilterConfig
 from .identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify, predict_torque
 from .identification.recording_files import STAMPS, read_recordings
-from .results.export import params_document, write_damiao_csv, write_params_json, write_updated_model
+from .results.export import params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
-from .results.urdf_export import write_updated_urdf
+from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
 from .results.report import format_result
 from .simulation import MeasurementNoise, default_gains, ideal_recording, simulate_tracking
@@ -113,8 +113,8 @@ def _check_recording_options(args: argparse.Namespace) -> None:
         given = [f"--{name.replace('_', '-')}" for name in _SIMULATION_OPTIONS
                  if getattr(args, name) != parser.get_default(name)]
         if given:
-            raise SysidError(f"{', '.join(given)} do(es) not apply with --recording: the data come from the "
-                             "recording, no simulation runs; leave them out")
+            raise SysidError(f"{', '.join(given)}: for a simulated run only; with --recording the data come "
+                             "from the files and no simulation runs: leave them out")
         if not 0.0 <= args.validation_fraction < 1.0:
             raise SysidError(f"--validation-fraction must be in [0, 1), got {args.validation_fraction}")
     else:
@@ -140,10 +140,7 @@ def _write_model_files(args: argparse.Namespace, robot, result) -> int:
     updated_model.xml then: see results.urdf_export), else updated_model.xml. 0 or 3."""
     name = "updated_model.urdf" if robot.source_format == "urdf" else "updated_model.xml"
     try:
-        if robot.source_format == "urdf":
-            write_updated_urdf(args.output_dir / name, robot, result)
-        else:
-            write_updated_model(args.model, args.output_dir / name, robot, result)
+        write_updated_robot(args.output_dir, robot, result)
     except IdentificationError as err:
         print(f"error: {name} not written: {err}", file=sys.stderr)
         return 3

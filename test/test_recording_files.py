@@ -235,7 +235,7 @@ def test_cli_identifies_a_bag_like_the_recording(arm, tmp_path):
 @pytest.mark.parametrize("extra, pattern", [
     (["--recording", "/nonexistent/bag"], "recording not found: /nonexistent/bag"),
     (["--recording", "BAG", "--topic", "/nothing"], "has no topic /nothing"),
-    (["--recording", "BAG", "--duration", "3"], "--duration do(es) not apply with --recording"),
+    (["--recording", "BAG", "--duration", "3"], "--duration: for a simulated run only"),
     (["--recording", "BAG", "--validation-fraction", "1.5"], "--validation-fraction must be in [0, 1)"),
     (["--topic", "/joint_states_2"], "--topic only apply with --recording"),
     (["--recording", "BAG", "--payload-frame", "link3"], "payload frame 'link3' is not the terminal body"),

@@ -290,7 +290,10 @@ def load_robot(source, terminal_body: str | None = None, terminal_joint: str | N
     adjustments, description = {}, None
     if source_format == "urdf":
         model, local, adjustments = _urdf_model(data, where)
-        description = data.decode("utf-8")
+        try:
+            description = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelError(f"{where}: a URDF must be UTF-8 text") from None
     else:
         model = _compile(path, mesh_dir, None if path is not None else data.decode("utf-8"))
         local = _body_parameters(model)
