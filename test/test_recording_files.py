@@ -10,6 +10,7 @@ from rosbags.typesys import Stores, get_typestore
 
 from conftest import MODELS, ROBOTS, run_python
 from sysid_core import DataError, load_robot
+from sysid_core.cli import main
 from sysid_core.dynamics.friction import JointModel
 from sysid_core.excitation.multisine import multisine
 from sysid_core.identification import recording_files as rf
@@ -240,12 +241,19 @@ def test_cli_identifies_a_bag_like_the_recording(arm, tmp_path):
     (["--topic", "/joint_states_2"], "--topic only apply with --recording"),
     (["--recording", "BAG", "--payload-frame", "link3"], "payload frame 'link3' is not the terminal body"),
 ])
-def test_cli_bad_recordings_exit_2(arm, tmp_path, extra, pattern):
+def test_cli_bad_recordings_exit_2(arm, tmp_path, capsys, extra, pattern):
     robot, recording = arm
     write_bag(tmp_path / "bag", driver_messages(recording.rows(slice(0, 20))), other_topic=False)
     extra = [str(tmp_path / "bag") if x == "BAG" else x for x in extra]
-    result = run_python("-m", "sysid_core.cli", str(ROBOTS / "panda_class.xml"), *extra, "--no-plots",
-                        "--output-dir", str(tmp_path / "out"), timeout=120)
+    status = main([str(ROBOTS / "panda_class.xml"), *extra, "--no-plots", "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error:") and "Traceback" not in err
+    assert pattern in err
+
+
+def test_console_script_exits_2_on_a_file_that_is_no_bag(tmp_path):
+    (tmp_path / "junk.mcap").write_bytes(b"not a bag at all")
+    result = run_python("-m", "sysid_core.cli", str(ROBOTS / "panda_class.xml"), "--recording",
+                        str(tmp_path / "junk.mcap"), "--no-plots", "--output-dir", str(tmp_path / "out"), timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
-    assert pattern in result.stderr
+    assert result.stderr.startswith("error: cannot read bag") and "Traceback" not in result.stderr
