@@ -253,7 +253,7 @@ def _urdf_model(data: bytes, where: str):
     """(model, body parameters (nbody, 10) from the URDF's inertials, adjustments)."""
     root = urdf.parse(data, where)
     inertials = urdf.link_parameters(root, where)
-    model, _, adjustments = urdf.compile_urdf(root, where, inertials)
+    model, adjustments = urdf.compile_urdf(root, where, inertials)
     compiled = _body_parameters(model)
     local = np.zeros((model.nbody, 10))
     for body in range(1, model.nbody):

@@ -186,8 +186,8 @@ def _compilable(theta: np.ndarray, reason: str) -> tuple[np.ndarray, str]:
 _ELEMENT = re.compile(r"Element name '([^']*)'")
 
 
-def compile_urdf(root: ET.Element, where: str, inertials: dict) -> tuple[mujoco.MjModel, mujoco.MjSpec, dict]:
-    """(model, spec, adjustments): the URDF compiled by MuJoCo without geometry, every link a body.
+def compile_urdf(root: ET.Element, where: str, inertials: dict) -> tuple[mujoco.MjModel, dict]:
+    """(model, adjustments): the URDF compiled by MuJoCo without geometry, every link a body.
 
     ``inertials`` are the links' parameters (link_parameters). ``adjustments`` maps each
     moving link whose inertia MuJoCo refused to what the simulation model got instead.
@@ -218,4 +218,4 @@ def compile_urdf(root: ET.Element, where: str, inertials: dict) -> tuple[mujoco.
             reasons.setdefault(name, []).append(reason)
             _set_body_inertia(spec.body(name), changed[name])
         else:
-            return model, spec, {name: "; ".join(r) for name, r in reasons.items()}
+            return model, {name: "; ".join(r) for name, r in reasons.items()}
