@@ -1,4 +1,7 @@
-"""``sysid-identify``: identify an arm's payload and dynamics offline from MuJoCo.
+"""``sysid-identify``: identify an arm's payload and dynamics offline, from MuJoCo or from recordings.
+
+The model is an MJCF or a URDF. With ``--recording`` (rosbag2 bags, CSV files) the data come
+from the files and no simulation runs; otherwise from a MuJoCo simulation of the excitation.
 
 Exit status: 0 on success, 2 for bad input (model, options, data), 3 when the
 identification is ill-posed or its result would be unphysical (nothing unphysical
@@ -20,7 +23,10 @@ from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
 from .identification.filtering import FilterConfig
 from .identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify, predict_torque
-from .results.export import params_document, write_damiao_csv, write_params_json, write_updated_model
+from .identification.recording_files import STAMPS, read_recordings
+from .results.export import params_document, write_damiao_csv, write_params_json
+from .results.payload import frame_pose
+from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
 from .results.report import format_result
 from .simulation import MeasurementNoise, default_gains, ideal_recording, simulate_tracking
@@ -29,9 +35,9 @@ from .simulation import MeasurementNoise, default_gains, ideal_recording, simula
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sysid-identify",
-        description="Identify the terminal body (link + payload) or the whole arm of a MuJoCo "
-                    "model, and joint friction, from excitation data.")
-    parser.add_argument("model", type=Path, help="MJCF of the arm as you believe it is (the nominal model)")
+        description="Identify the terminal body (link + payload) or the whole arm of a MuJoCo or URDF "
+                    "model, and joint friction, from a simulated excitation or from recordings.")
+    parser.add_argument("model", type=Path, help="MJCF or URDF of the arm as you believe it is (the nominal model)")
     parser.add_argument("--mesh-dir", type=Path, help="mesh directory (default: the model's meshdir)")
     parser.add_argument("--duration", type=float, default=15.0, help="excitation length, s (default 15)")
     parser.add_argument("--sample-rate", type=float, default=1000.0, help="samples per second, Hz (default 1000)")
@@ -77,7 +83,82 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cutoff", type=float, default=10.0, help="low-pass cutoff of measured signals, Hz")
     parser.add_argument("--velocity-from-position", action="store_true",
                         help="differentiate the measured position instead of using the measured velocity")
+    recorded = parser.add_argument_group(
+        "recorded data", "identify from files instead of a simulation (the excitation options do not apply)")
+    recorded.add_argument("--recording", type=Path, nargs="+", metavar="FILE",
+                          help="rosbag2 bags (directory, .mcap or .db3) of sensor_msgs/JointState, or .csv files "
+                               "(time,<joint>_position,<joint>_velocity,<joint>_effort,...); several files are "
+                               "separate stretches; effort is the joint torque")
+    recorded.add_argument("--topic", default="/joint_states", help="JointState topic in the bags (default /joint_states)")
+    recorded.add_argument("--stamps", choices=STAMPS, default="header",
+                          help="header: the messages' header stamps (default); receive: when the recorder got them")
+    recorded.add_argument("--validation-fraction", type=float, default=0.2,
+                          help="share of the recording, at its end, held out to validate the model (default 0.2; "
+                               "0 uses everything)")
+    parser.add_argument("--payload-frame",
+                        help="frame of the params.json payload block: the terminal body (default) or a link fixed "
+                             "to it, e.g. the flange frame a driver's set_payload expects")
     return parser
+
+
+# options of the simulated excitation: meaningless with --recording
+_SIMULATION_OPTIONS = ("duration", "sample_rate", "source", "excitation", "excitation_time_limit", "save_trajectory",
+                       "trajectory", "noise_scale", "max_velocity", "export_damiao", "motor_type")
+
+
+def _check_recording_options(args: argparse.Namespace) -> None:
+    """SysidError for options that do not apply to the data source chosen."""
+    parser = build_parser()
+    if args.recording:
+        given = [f"--{name.replace('_', '-')}" for name in _SIMULATION_OPTIONS
+                 if getattr(args, name) != parser.get_default(name)]
+        if given:
+            raise SysidError(f"{', '.join(given)}: for a simulated run only; with --recording the data come "
+                             "from the files and no simulation runs: leave them out")
+        if not 0.0 <= args.validation_fraction < 1.0:
+            raise SysidError(f"--validation-fraction must be in [0, 1), got {args.validation_fraction}")
+    else:
+        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction")
+                 if getattr(args, name) != parser.get_default(name)]
+        if given:
+            raise SysidError(f"{', '.join(given)} only apply with --recording")
+
+
+def _recorded_data(args: argparse.Namespace, robot):
+    """(identification, validation or None) from the --recording files, the validation the last
+    --validation-fraction of the samples."""
+    loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
+    print(f"Read {', '.join(str(p) for p in loaded.files)}: {loaded.summary()}")
+    recording = loaded.recording
+    if args.validation_fraction > 0:
+        return recording.split(args.validation_fraction)
+    return recording, None
+
+
+def _write_model_files(args: argparse.Namespace, robot, result) -> int:
+    """The updated model beside params.json: updated_model.urdf for a URDF input (no
+    updated_model.xml then: see results.urdf_export), else updated_model.xml. 0 or 3."""
+    name = "updated_model.urdf" if robot.source_format == "urdf" else "updated_model.xml"
+    try:
+        write_updated_robot(args.output_dir, robot, result)
+    except IdentificationError as err:
+        print(f"error: {name} not written: {err}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _describe_model(args: argparse.Namespace, robot) -> None:
+    """Say what was loaded (and what of a URDF was not); ValueError for an unknown --payload-frame."""
+    if args.payload_frame is not None:
+        frame_pose(robot, args.payload_frame)
+    print(f"Loaded {args.model}: {robot.n_joints} joints, terminal body '{robot.terminal_body}' "
+          f"(joint '{robot.terminal_joint}')")
+    if robot.source_format == "urdf":
+        print("  URDF: geometry (meshes) not loaded, not needed for dynamics" +
+              ("; --mesh-dir unused" if args.mesh_dir is not None else ""))
+        for link, change in robot.simulation_adjustments.items():
+            print(f"  note: MuJoCo refuses link '{link}' as written ({change}) in the simulation model only; "
+                  "identification uses the URDF's values")
 
 
 def _progress(label: str):
@@ -134,9 +215,9 @@ def _excitation(args: argparse.Namespace, robot):
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    _check_recording_options(args)
     robot = load_robot(args.model, terminal_body=args.terminal_body, mesh_dir=args.mesh_dir)
-    print(f"Loaded {args.model}: {robot.n_joints} joints, terminal body '{robot.terminal_body}' "
-          f"(joint '{robot.terminal_joint}')")
+    _describe_model(args, robot)
     truth = None
     if args.truth_model is not None:
         truth = load_robot(args.truth_model, terminal_body=args.terminal_body, mesh_dir=args.mesh_dir)
@@ -150,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
         for name in args.motor_type:
             motor_limits(name)
     plant = truth if truth is not None else robot
+    if args.recording:
+        return _identify_recording(args, robot, truth, started)
 
     plan = _excitation(args, robot)
     check_plan = multisine(robot.joint_range, max(5.0, args.duration / 3), args.sample_rate,
@@ -171,6 +254,18 @@ def run(args: argparse.Namespace) -> int:
     recording = record(plan, "identification run")
     validation = record(check_plan, "validation run")
 
+    result, status = _identify_and_write(args, robot, truth, recording, validation, args.source)
+    if args.export_damiao:
+        torque = predict_torque(robot, result, plan.q, plan.dq, plan.ddq)
+        clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
+        print("Damiao export, samples clamped per joint: " +
+              ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
+    print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
+    return status
+
+
+def _identify_and_write(args: argparse.Namespace, robot, truth, recording, validation, source: str):
+    """Identify, write params.json, the plots and the updated model; (result, exit status)."""
     terms = () if args.no_friction else ("coulomb", "viscous")
     config = IdentificationConfig(scope=args.scope, estimator=args.estimator, robust=args.robust,
                                   joint_model=JointModel(terms, args.coulomb_smoothing), friction_models=args.friction_model,
@@ -179,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     result = identify(robot, recording, config, validation=validation)
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    document = params_document(result, robot, source=args.source, truth=truth)
+    document = params_document(result, robot, source=source, truth=truth, payload_frame=args.payload_frame)
     write_params_json(args.output_dir / "params.json", document)
     print(format_result(result, document))
     if not args.no_plots:
@@ -187,17 +282,14 @@ def run(args: argparse.Namespace) -> int:
             write_plots(args.output_dir, robot, result, recording, validation)
         except ImportError as err:  # matplotlib is optional for the core
             print(f"warning: no plots ({err}); install matplotlib or pass --no-plots", file=sys.stderr)
-    status = 0
-    try:
-        write_updated_model(args.model, args.output_dir / "updated_model.xml", robot, result)
-    except IdentificationError as err:
-        print(f"error: updated_model.xml not written: {err}", file=sys.stderr)
-        status = 3
-    if args.export_damiao:
-        torque = predict_torque(robot, result, plan.q, plan.dq, plan.ddq)
-        clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
-        print("Damiao export, samples clamped per joint: " +
-              ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
+    return result, _write_model_files(args, robot, result)
+
+
+def _identify_recording(args: argparse.Namespace, robot, truth, started: float) -> int:
+    """The --recording path: the files identified, the same outputs as a simulated run."""
+    recording, validation = _recorded_data(args, robot)
+    source = ", ".join(str(p) for p in args.recording)
+    _, status = _identify_and_write(args, robot, truth, recording, validation, source)
     print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
     return status
 
