@@ -76,6 +76,9 @@ REPLY_GRACE = 0.25           # of a control period, waited each cycle for replie
 DIAGNOSTICS_PERIOD_S = 1.0
 WARN_PERIOD_S = 5.0          # a warning of one kind is logged at most this often (the rest counted)
 MAX_NAME_LAYOUTS = 64       # name orders of joint_command remembered (a publisher sends one or two)
+# frames read per cycle at most: a full 1 Mbit/s bus brings under 20 per 2 ms cycle (CAN FD a
+# few times that); the bound keeps a babbling source from holding the control loop up
+MAX_FRAMES_PER_CYCLE = 256
 # bus timestamps farther than this from the system clock are not epoch times (some adapters
 # count from power-up): the node clock stamps the message then
 STAMP_PLAUSIBLE_S = 1.0
@@ -371,8 +374,9 @@ class DamiaoBridge(Node):
     def _cycle(self):
         if self._bus is None:  # released at interpreter exit before the node was destroyed
             return
-        while self._receive():
-            pass
+        for _ in range(MAX_FRAMES_PER_CYCLE):
+            if not self._receive():
+                break
         # a reply or two still on the wire: wait a fraction of the period for them rather than
         # skip this cycle's joint_states (the wait releases the CPU to whoever sends them)
         deadline = time.monotonic() + REPLY_GRACE * (1.0 / self._rate)

@@ -26,7 +26,7 @@ from std_srvs.srv import Trigger
 from sysid_core.damiao import protocol
 from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_core.damiao.protocol import MotorLimits, decode_mit, motor_limits, resolution
-from sysid_ros.damiao_bridge import DamiaoBridge
+from sysid_ros.damiao_bridge import WARN_PERIOD_S, DamiaoBridge
 
 from conftest import MODELS, run_python
 
@@ -222,9 +222,9 @@ def test_partial_commands_track_only_the_named_joints(rig):
 
 def test_stale_commands_fall_back_to_damping_only(rig):
     r = rig()
+    sent_at = time.monotonic()     # before the command: a loaded machine may take a while to track it
     r.command(["joint1", "joint2"], [0.05, 0.05])
     assert r.spin(until=lambda: r.bridge.tracking.all())
-    sent_at = time.monotonic()
     # no further command: after command_timeout_s (0.1 s) only damping frames go out
     assert r.spin(until=lambda: not r.bridge.tracking.any(), limit=1.0)
     stopped = time.monotonic()
@@ -435,29 +435,34 @@ def keep_commanding(r, seconds, target=(0.0, 0.0)):
         r.spin(0.004)
 
 
+# these tests are about other faults than silence: a motor counts as silent only after 0.1 s,
+# so that a loaded machine holding the emulator's thread up cannot add a fault of its own
+PATIENT = dict(feedback_timeout_cycles=50)
+
+
 def test_a_fault_that_clears_itself_stays_latched_until_clear_errors(rig):
-    r = rig()
+    r = rig(**PATIENT)
     track(r)
     # over-current for 0.1 s, then the drive reports "enabled" again by itself
     r.arm.script_status(2, [(protocol.STATUS_OVER_CURRENT, 0.1), (protocol.STATUS_ENABLED, None)])
     assert r.spin(until=lambda: r.bridge.faults[1] is not None)
     fault_seen = time.monotonic()
-    keep_commanding(r, 0.4)
-    assert r.arm.enabled(2) and r.bridge.status[1] == protocol.STATUS_ENABLED   # re-enabled by itself
+    assert r.spin(until=lambda: (r.command(["joint1", "joint2"], [0.0, 0.0]),
+                                 r.bridge.status[1] == protocol.STATUS_ENABLED)[1])
+    keep_commanding(r, 0.1)
+    assert r.arm.enabled(2)                                     # re-enabled by itself
     # yet no motor got a position gain since the fault: every frame damping only
     assert damping_only(r, 1, fault_seen) and damping_only(r, 2, fault_seen)
     assert not r.bridge.tracking.any() and "over-current" in r.bridge.faults[1]
     response = r.call("sysid/damiao/clear_errors")
     assert response.success, response.message
-    cleared = time.monotonic()
-    keep_commanding(r, 0.05)
-    assert r.bridge.tracking.all()
-    assert r.mit_frames(1, cleared)[-1].kp == pytest.approx(20.0, abs=0.2)
+    track(r)
+    assert r.mit_frames(1)[-1].kp == pytest.approx(20.0, abs=0.2)     # the last cycle's frame
 
 
 @pytest.mark.parametrize("status", [protocol.STATUS_DISABLED, 0x5, 0xF])
 def test_a_motor_leaving_enable_or_reporting_an_unknown_status_is_a_fault_of_the_arm(rig, status):
-    r = rig()
+    r = rig(**PATIENT)
     track(r)
     r.arm.script_status(2, [(status, None)])
     assert r.spin(until=lambda: r.bridge.faults[1] is not None)
@@ -472,17 +477,17 @@ def test_a_motor_leaving_enable_or_reporting_an_unknown_status_is_a_fault_of_the
     assert errors and protocol.status_text(status) in errors[-1].message
     response = r.call("sysid/damiao/clear_errors")
     assert response.success, response.message
-    keep_commanding(r, 0.05)
-    assert r.bridge.tracking.all() and r.arm.enabled(2)
+    track(r)
+    assert r.arm.enabled(2)
 
 
-def noise_frames(rng, count, master_id, can_id, limits):
+def noise_frames(rng, count, master_id, can_id, limits, far=None):
     """Junk on a feedback id that the protocol lets the bridge reject: wrong motor-id nibble,
-    wrong length, remote frames, and right nibble with a position far from the arm's (the
-    issue's 6.9 rad)."""
+    wrong length, remote frames and, with ``far`` (rad), right nibble with a position that far
+    from the arm's."""
     frames = []
     for k in range(count):
-        kind = k % 4
+        kind = k % (3 if far is None else 4)
         data = bytearray(rng.integers(0, 256, 8, dtype=np.uint8).tobytes())
         if kind == 0:
             data[0] = (data[0] & 0xF0) | ((can_id + 1 + rng.integers(0, 15)) & 0xF)
@@ -494,39 +499,45 @@ def noise_frames(rng, count, master_id, can_id, limits):
             frames.append(can.Message(arbitration_id=master_id, is_remote_frame=True, dlc=8, is_extended_id=False))
         else:
             status = int(rng.choice([protocol.STATUS_OVER_CURRENT, protocol.STATUS_DISABLED, 0xF]))
-            data = protocol.encode_feedback(protocol.Feedback(can_id & 0xF, status, 6.9, 0.0, 0.0, 30, 30), limits)
+            data = protocol.encode_feedback(protocol.Feedback(can_id & 0xF, status, far, 0.0, 0.0, 30, 30), limits)
             frames.append(can.Message(arbitration_id=master_id, data=data, is_extended_id=False))
     return frames
 
 
 def test_noise_on_a_feedback_id_is_rejected_counted_reported_and_not_logged_per_frame(rig, capfd):
-    r = rig()
+    r = rig(**PATIENT)
     track(r)
     noise = can.Bus(interface="virtual", channel=r.channel)
     rng = np.random.default_rng(12)
-    frames = noise_frames(rng, 400, 0x12, 2, r.arm.limits(2))
+    # the issue's 6.9 rad: for joint1's DM4340 at its VMAX of 10 rad/s, 0.6 s from the arm at rest
+    frames = noise_frames(rng, 200, 0x11, 1, r.arm.limits(1), far=6.9) + \
+        noise_frames(rng, 200, 0x12, 2, r.arm.limits(2))
+    frames = [frames[k] for k in rng.permutation(len(frames))]
     rejected = r.bridge.frames_rejected
     noisy = time.monotonic()
+    armed = []
     try:
         for burst in np.array_split(np.arange(len(frames)), 100):
             for k in burst:
                 noise.send(frames[k])
             r.command(["joint1", "joint2"], [0.0, 0.0])
             r.spin(0.004)
+            armed.append(r.bridge.supervisor.may_track)
     finally:
         noise.shutdown()
-    keep_commanding(r, 0.02)
+    track(r)
     assert r.bridge.frames_rejected - rejected == len(frames)
-    # nothing of it was believed: no fault, still tracking, no 6.9 rad in joint_states
-    assert r.bridge.faults == [None, None] and r.bridge.tracking.all()
-    assert all(abs(m.position[-1]) < 0.1 for m in r.states)
-    assert min(f.kp for f in r.mit_frames(2, noisy)) == pytest.approx(10.0, abs=0.2)
+    # nothing of it was believed: no fault, tracking allowed throughout, no 6.9 rad in joint_states
+    assert all(armed) and r.bridge.faults == [None, None]
+    assert all(max(abs(q) for q in m.position) < 0.1 for m in r.states)
+    assert max(f.kp for f in r.mit_frames(1, noisy)) == pytest.approx(20.0, abs=0.2)
     r.spin(1.1)
     bus = [s for a in r.diagnostics for s in a.status if s.name == "damiao_bridge: bus"][-1]
     assert bus.level == DiagnosticStatus.WARN and "frames ignored" in bus.message
     assert int({v.key: v.value for v in bus.values}["frames_rejected"]) == r.bridge.frames_rejected
-    # 400 rejected frames in half a second: one log line (the rest counted)
-    assert capfd.readouterr().err.count("CAN frame ignored") == 1
+    # 400 rejected frames: one log line per WARN_PERIOD_S at most (the rest counted)
+    lines = capfd.readouterr().err.count("CAN frame ignored")
+    assert 1 <= lines <= 1 + (time.monotonic() - noisy) // WARN_PERIOD_S
 
 
 @pytest.mark.parametrize("service", ["enable", "disable", "clear_errors"])
@@ -605,7 +616,7 @@ def test_fuzz_random_can_frames(rig):
     not grow, every reply of the motors is used, what can be rejected is, and no motor gets a
     position gain once noise it could not tell from a motor has latched a fault."""
     import tracemalloc
-    r = rig()
+    r = rig(**PATIENT)
     track(r)
     rng = np.random.default_rng(20240612)
     noise = can.Bus(interface="virtual", channel=r.channel)
@@ -657,8 +668,7 @@ def test_fuzz_random_can_frames(rig):
         assert accepted1 - accepted0 == replies1 - replies0 > 0      # every reply used, nothing else
         # noise changed nothing: never a fault, tracking allowed throughout, joint_states on
         assert fault_frame is None and always_armed
-        keep_commanding(r, 0.02)
-        assert r.bridge.tracking.all()
+        track(r)
         assert len(r.states) - states0 >= 0.5 * (r.bridge.cycles - cycles0)
 
         # 2. the same and believable junk: some of it passes the screen, reads as a fault and
