@@ -2,7 +2,8 @@
 
 Exit status: 0 on success, 2 for bad input (model, options, data), 3 when the
 identification is ill-posed or its result would be unphysical (nothing unphysical
-is ever written into a model file).
+is ever written into a model file), or when the simulated arm did not make the
+planned run (diverged, left its plan, saturated or hit a limit: ``TrackingError``).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 from .damiao.protocol import motor_limits
 from .dynamics.friction import JointModel
 from .dynamics.model import load_robot
-from .errors import IdentificationError, SysidError
-from .excitation.design import optimize_excitation
+from .errors import IdentificationError, SysidError, TrackingError
+from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
 from .identification.filtering import FilterConfig
@@ -23,7 +24,7 @@ from .identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, i
 from .results.export import params_document, write_damiao_csv, write_params_json, write_updated_model
 from .results.plots import write_plots
 from .results.report import format_result
-from .simulation import MeasurementNoise, default_gains, ideal_recording, simulate_tracking
+from .simulation import MeasurementNoise, ideal_recording, simulate, simulation_timing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +92,18 @@ def _progress(label: str):
     return report
 
 
+def _multisine(args: argparse.Namespace, robot, duration: float, seed: int):
+    """A multisine capped at --max-velocity, slowed until the nominal model's torques fit the
+    file's actuator limits (a plan the arm cannot make would be refused by the sim source)."""
+    def make(velocity):
+        return multisine(robot.joint_range, duration, args.sample_rate, seed=seed, max_velocity=velocity)
+    plan, velocity, usage = slow_to_torque_limits(make, robot, args.max_velocity)
+    if velocity < args.max_velocity:
+        print(f"  multisine slowed to {velocity:.3g} rad/s: its nominal torques then peak at {usage:.0%} of the "
+              f"actuators' limits (at most {TORQUE_USAGE:.0%} leaves room for a payload and the controller)")
+    return plan
+
+
 def _excitation(args: argparse.Namespace, robot):
     """The identification excitation: replayed from --trajectory, optimized, or a multisine.
     Saved to --save-trajectory when given."""
@@ -124,8 +137,7 @@ def _excitation(args: argparse.Namespace, robot):
         plan = design.trajectory
     else:
         print(f"Generating multisine excitation ({args.duration:g} s at {args.sample_rate:g} Hz, seed {args.seed})")
-        plan = multisine(robot.joint_range, args.duration, args.sample_rate, seed=args.seed,
-                         max_velocity=args.max_velocity)
+        plan = _multisine(args, robot, args.duration, args.seed)
     if args.save_trajectory is not None:
         save_trajectory(args.save_trajectory, plan, robot.joint_names)
         print(f"Excitation saved to {args.save_trajectory}")
@@ -152,22 +164,29 @@ def run(args: argparse.Namespace) -> int:
     plant = truth if truth is not None else robot
 
     plan = _excitation(args, robot)
-    check_plan = multisine(robot.joint_range, max(5.0, args.duration / 3), args.sample_rate,
-                           seed=args.seed + 1000, max_velocity=args.max_velocity)
+    check_plan = _multisine(args, robot, max(5.0, args.duration / 3), args.seed + 1000)
+
+    timing = simulation_timing(plant.model, args.sample_rate)
 
     def record(trajectory, label):
         if args.source == "ideal":
             return ideal_recording(plant.model, trajectory, plant.joint_names)
-        kp, kd = default_gains(plant.model)
         default = MeasurementNoise()
         noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
                                  tau_std=default.tau_std * args.noise_scale)
-        feedforward = robot.inverse_dynamics(trajectory.q, trajectory.dq, trajectory.ddq)
-        return simulate_tracking(plant.model, trajectory, feedforward, kp, kd, noise, seed=args.seed,
-                                 joint_names=plant.joint_names, progress=_progress(label))
+        # the controller knows the nominal model only, as a real arm's would
+        run = simulate(plant.model, trajectory, nominal=robot.model, noise=noise, seed=args.seed,
+                       joint_names=plant.joint_names, progress=_progress(label))
+        for note in run.quality.notes()[:-1]:  # the last note is the timing, printed once above
+            print(f"  {label}: {note}")
+        return run.recording
 
-    source = "MuJoCo mj_inverse along the plan" if args.source == "ideal" else "MuJoCo simulation at 1 kHz"
-    print(f"Recording data: {source}" + (f", truth model {args.truth_model}" if truth is not None else ""))
+    if args.source == "ideal":
+        print("Recording data: MuJoCo mj_inverse along the plan"
+              + (f", truth model {args.truth_model}" if truth is not None else ""))
+    else:
+        print("Recording data: MuJoCo simulation under computed-torque control"
+              + (f", truth model {args.truth_model}" if truth is not None else "") + f"\n  {timing.describe()}")
     recording = record(plan, "identification run")
     validation = record(check_plan, "validation run")
 
@@ -206,7 +225,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except IdentificationError as err:
+    except (IdentificationError, TrackingError) as err:  # a run the arm did not make: not trustworthy
         print(f"error: {err}", file=sys.stderr)
         return 3
     except (SysidError, ValueError, OSError) as err:
