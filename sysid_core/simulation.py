@@ -33,9 +33,10 @@ rate the controller runs at, so it is kept; a shorter MuJoCo step only integrate
 physics more finely (MuJoCo arm models ship 2 ms timesteps for speed, not for realism).
 
 Every simulated run is checked before anything identifies it (``TrackingError`` otherwise):
-no divergence, no joint beyond its limits, no torque beyond the actuators' limits, and the
-tracking error of each joint within ``TRACKING_TOLERANCE_FRACTION`` of the joint's planned
-excursion plus ``TRACKING_TOLERANCE_FLOOR``. ``TrackingQuality`` reports the figures.
+a plan inside the joint ranges, no divergence, no joint beyond its limits, no torque beyond the
+actuators' limits, and the tracking error of each joint within ``TRACKING_TOLERANCE_FRACTION``
+of the joint's planned excursion plus ``TRACKING_TOLERANCE_FLOOR``. ``TrackingQuality``
+reports the figures.
 
 Hinge and slide joints only (qpos and qvel have the same size); trajectory columns are
 in MuJoCo dof order.
@@ -210,7 +211,9 @@ def _limit_interval(model: mujoco.MjModel) -> np.ndarray:
 
 
 def _check_plan_within_limits(model: mujoco.MjModel, trajectory: Trajectory, names: tuple) -> None:
-    """DataError naming the joint, the time and the excess when the plan leaves a joint's range."""
+    """TrackingError naming the joint, the time and the excess when the plan leaves a joint's
+    range: the simulated arm would run into its end stop (e.g. a plan made for the nominal model
+    played on a truth model with narrower limits)."""
     interval = _limit_interval(model)
     q = np.asarray(trajectory.q, dtype=float)
     excess = np.maximum(interval[:, 0] - q, q - interval[:, 1])
@@ -219,9 +222,9 @@ def _check_plan_within_limits(model: mujoco.MjModel, trajectory: Trajectory, nam
     i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
     side = "lower" if q[i, j] < interval[j, 0] else "upper"
     bound = interval[j, 0] if side == "lower" else interval[j, 1]
-    raise DataError(f"the plan takes joint '{names[j]}' to {q[i, j]:.4g} at t={trajectory.time[i]:.3f} s, "
-                    f"{excess[i, j]:.3g} beyond its {side} limit {bound:.4g} (rad, m for slides): "
-                    "no arm can follow it")
+    raise TrackingError(f"the plan takes joint '{names[j]}' to {q[i, j]:.4g} at t={trajectory.time[i]:.3f} s, "
+                        f"{excess[i, j]:.3g} beyond its {side} limit {bound:.4g} (rad, m for slides): the arm "
+                        "cannot follow it", names[j], float(trajectory.time[i]), float(excess[i, j]))
 
 
 # --- the plant: what is simulated, at which timestep -------------------------------------------
@@ -508,7 +511,8 @@ class TrackingQuality:
         j = int(np.argmax(self.max_error / self.tolerance))
         lines = [f"tracking: worst joint '{self.joint_names[j]}', RMS error {self.rms_error[j]:.2g}, "
                  f"peak {self.max_error[j]:.2g} at t={self.max_error_time[j]:.3f} s "
-                 f"({100 * self.max_error[j] / self.tolerance[j]:.2g} % of the {self.tolerance[j]:.2g} refusal threshold; "
+                 f"({100 * self.max_error[j] / self.tolerance[j]:.2g} % of the {self.tolerance[j]:.2g} refusal "
+                 "threshold; "
                  "rad, m for slides)"]
         if np.any(np.isfinite(self.torque_limit)):
             k = int(np.argmax(self.torque_usage))
@@ -603,7 +607,7 @@ def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=N
     timestep ``simulation_timing`` picks for the plan's rate, which sets the soft constraints):
     rigid body, armature, damping, springs and the soft friction-loss constraint force (equal
     to Coulomb friction once the joint slides). ``joint_names`` (n,) default to the model's.
-    The Recording carries ddq = the planned ddq. DataError when the plan leaves a joint's range.
+    The Recording carries ddq = the planned ddq. TrackingError when the plan leaves a joint's range.
     """
     _check_model(model)
     num = _check_trajectory(model, trajectory)
@@ -710,8 +714,8 @@ def simulate(model: mujoco.MjModel, trajectory: Trajectory, nominal: mujoco.MjMo
     (e.g. ``StribeckFriction``), re-evaluated every MuJoCo step; the controller does not know it.
     bandwidth_hz: of the controller (default DEFAULT_BANDWIDTH_HZ, at most sample_rate / 50).
     Returns the Recording (N samples, time as planned, ddq=None) and its TrackingQuality.
-    Raises DataError for a plan outside the joint limits, TrackingError for a run that
-    diverged, hit a limit, saturated an actuator or did not follow the plan.
+    Raises TrackingError for a plan outside the joint limits and for a run that diverged, hit
+    a limit, saturated an actuator or did not follow the plan.
     """
     names = _prepare(model, trajectory, joint_names)
     nominal = model if nominal is None else nominal

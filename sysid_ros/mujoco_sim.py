@@ -252,7 +252,8 @@ class MujocoSim(Node):
         q_des, dq_des, tau_ff = self._q_des, self._dq_des, self._tau_ff
         stale = (self._commanded_at >= 0) & (now_ns - self._commanded_at > self._timeout_ns)
         if stale.any():  # damping only: no position error, no velocity target, no feed-forward
-            q_des, dq_des, tau_ff = np.where(stale, q, q_des), np.where(stale, 0.0, dq_des), np.where(stale, 0.0, tau_ff)
+            q_des, dq_des = np.where(stale, q, q_des), np.where(stale, 0.0, dq_des)
+            tau_ff = np.where(stale, 0.0, tau_ff)
             if not self._timed_out:
                 self._timed_out = True
                 self.get_logger().warning(

@@ -174,8 +174,9 @@ def _linear_maps(harmonics: int, base_frequency: float, time: np.ndarray):
 def actuator_torque_limits(robot: Robot | mujoco.MjModel) -> np.ndarray | None:
     """Symmetric joint torque limits (n,) N m (N for slides) from the model's actuators, or None.
 
-    ``robot``: a Robot or its compiled MuJoCo model (hinge and slide joints). A joint's limit is the sum over the actuators driving it of |gear| times the smaller
-    bound magnitude of forcerange (when force-limited) or, for a plain motor, of |gain| times
+    ``robot``: a Robot or its compiled MuJoCo model (hinge and slide joints). A joint's limit
+    is the sum over the actuators driving it of |gear| times the smaller bound magnitude of
+    forcerange (when force-limited) or, for a plain motor, of |gain| times
     ctrlrange (when control-limited); a joint ``actuatorfrcrange`` caps it further. Joints
     without any such limit get inf; None when no joint has one.
     """
