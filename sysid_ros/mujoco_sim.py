@@ -161,7 +161,7 @@ class MujocoSim(Node):
         self._data = mujoco.MjData(self._model)
         self._data.qpos[:] = q_init
         mujoco.mj_forward(self._model, self._data)
-        # until a joint is commanded it holds the initial pose (PD, no feed-forward)
+        # until a joint is commanded it holds the initial pose (the control law, no feed-forward)
         self._q_des, self._dq_des, self._tau_ff = q_init.copy(), np.zeros(n), np.zeros(n)
         self._commanded_at = np.full(n, -1, dtype=np.int64)  # sim time (ns) of the last command, -1: never
         self._timed_out = False
