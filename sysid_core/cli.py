@@ -5,13 +5,15 @@ from the files and no simulation runs; otherwise from a MuJoCo simulation of the
 
 Exit status: 0 on success, 2 for bad input (model, options, data), 3 when the
 identification is ill-posed or its result would be unphysical (nothing unphysical
-is ever written into a model file), 130 when interrupted (Ctrl-C).
+is ever written into a model file) or when the simulated arm did not make the
+planned run (diverged, left its plan, saturated or hit a limit: ``TrackingError``), 130
+when interrupted (Ctrl-C).
 
 Bad input is found before any work: every numeric option is checked, the output directory
-must take files, the run must fit the machine's memory, and a
-replayed trajectory must lie within the joint limits with derivatives that match its
-positions. The output directory never mixes runs: the files of a previous run are removed
-just before this run writes its first one.
+must take files, the run must fit the machine's memory, and a replayed trajectory must lie
+within the joint limits with derivatives that match its positions. The output directory
+never mixes runs: the files of a previous run are removed just before this run writes its
+first one.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ import numpy as np
 from .damiao.protocol import motor_limits
 from .dynamics.friction import JointModel
 from .dynamics.model import load_robot
-from .errors import IdentificationError, SysidError
-from .excitation.design import optimize_excitation
+from .errors import IdentificationError, SysidError, TrackingError
+from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
 from .identification.filtering import FilterConfig
@@ -40,7 +42,7 @@ from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
 from .results.report import format_result
-from .simulation import MeasurementNoise, default_gains, ideal_recording, simulate_tracking, substeps_per_period
+from .simulation import MeasurementNoise, ideal_recording, simulate, simulation_timing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,15 +215,9 @@ def check_options(args: argparse.Namespace) -> None:
         raise SysidError("; ".join(problems))
 
 
-def check_size(robot, config: IdentificationConfig, duration: float, rate: float, plant=None) -> None:
-    """The excitation's sample count fits the machine's memory and, with ``plant`` (the model
-    the sim source steps), its sample period is a whole number of the plant's timesteps:
-    SysidError with the numbers otherwise, before anything is allocated."""
-    if plant is not None:
-        try:
-            substeps_per_period(plant.model, 1.0 / rate)
-        except ValueError as err:
-            raise SysidError(f"--sample-rate {rate:g} Hz does not suit the simulation: {err}") from None
+def check_size(robot, config: IdentificationConfig, duration: float, rate: float) -> None:
+    """The excitation's sample count fits the machine's memory: SysidError with the numbers
+    otherwise, before anything is allocated."""
     samples = math.floor(max(duration, 5.0) * rate) + 1     # the validation run lasts at least 5 s
     needed = memory_needed(robot, config, samples)
     available = available_memory()
@@ -365,10 +361,21 @@ def _progress(label: str):
     return report
 
 
-def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig, plant):
+def _multisine(args: argparse.Namespace, robot, duration: float, seed: int):
+    """A multisine capped at --max-velocity, slowed until the nominal model's torques fit the
+    file's actuator limits (a plan the arm cannot make would be refused by the sim source)."""
+    def make(velocity):
+        return multisine(robot.joint_range, duration, args.sample_rate, seed=seed, max_velocity=velocity)
+    plan, velocity, usage = slow_to_torque_limits(make, robot, args.max_velocity)
+    if velocity < args.max_velocity:
+        print(f"  multisine slowed to {velocity:.3g} rad/s: its nominal torques then peak at {usage:.0%} of the "
+              f"actuators' limits (at most {TORQUE_USAGE:.0%} leaves room for a payload and the controller)")
+    return plan
+
+
+def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
     """The identification excitation: replayed from --trajectory, optimized, or a multisine,
-    each checked for size (``check_size``; ``plant``: the model the sim source steps, or
-    None) before it is made. Saved to --save-trajectory when given."""
+    each checked for size (``check_size``) before it is made. Saved to --save-trajectory when given."""
     target = args.save_trajectory
     if target is not None:  # fail now, not after a long optimization
         if target.suffix.lower() not in (".json", ".csv"):
@@ -376,13 +383,13 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig, p
         if not target.resolve().parent.is_dir():
             raise SysidError(f"--save-trajectory: directory {target.parent} does not exist")
     if args.trajectory is None:
-        check_size(robot, config, args.duration, args.sample_rate, plant)
+        check_size(robot, config, args.duration, args.sample_rate)
     if args.trajectory is not None:
         if args.excitation is not None:
             raise SysidError("--trajectory replays a saved excitation: leave out --excitation")
         plan, _ = load_trajectory(args.trajectory, robot.joint_names)
         check_replayed_trajectory(plan, robot, args.trajectory)
-        check_size(robot, config, float(plan.time[-1]), args.sample_rate, plant)
+        check_size(robot, config, float(plan.time[-1]), args.sample_rate)
         print(f"Replaying {args.trajectory}: {plan.time[-1]:g} s at {trajectory_rate(plan):g} Hz"
               + (f", resampled to {args.sample_rate:g} Hz" if abs(trajectory_rate(plan) / args.sample_rate - 1) > 1e-9
                  else ""))
@@ -403,8 +410,7 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig, p
         plan = design.trajectory
     else:
         print(f"Generating multisine excitation ({args.duration:g} s at {args.sample_rate:g} Hz, seed {args.seed})")
-        plan = multisine(robot.joint_range, args.duration, args.sample_rate, seed=args.seed,
-                         max_velocity=args.max_velocity)
+        plan = _multisine(args, robot, args.duration, args.seed)
     if args.save_trajectory is not None:
         save_trajectory(args.save_trajectory, plan, robot.joint_names)
         print(f"Excitation saved to {args.save_trajectory}")
@@ -435,23 +441,30 @@ def run(args: argparse.Namespace) -> int:
     if args.recording:
         return _identify_recording(args, robot, truth, config, started)
 
-    plan = _excitation(args, robot, config, plant if args.source == "sim" else None)
-    check_plan = multisine(robot.joint_range, max(5.0, args.duration / 3), args.sample_rate,
-                           seed=args.seed + 1000, max_velocity=args.max_velocity)
+    plan = _excitation(args, robot, config)
+    check_plan = _multisine(args, robot, max(5.0, args.duration / 3), args.seed + 1000)
+
+    timing = simulation_timing(plant.model, args.sample_rate)
 
     def record(trajectory, label):
         if args.source == "ideal":
             return ideal_recording(plant.model, trajectory, plant.joint_names)
-        kp, kd = default_gains(plant.model)
         default = MeasurementNoise()
         noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
                                  tau_std=default.tau_std * args.noise_scale)
-        feedforward = robot.inverse_dynamics(trajectory.q, trajectory.dq, trajectory.ddq)
-        return simulate_tracking(plant.model, trajectory, feedforward, kp, kd, noise, seed=args.seed,
-                                 joint_names=plant.joint_names, progress=_progress(label))
+        # the controller knows the nominal model only, as a real arm's would
+        run = simulate(plant.model, trajectory, nominal=robot.model, noise=noise, seed=args.seed,
+                       joint_names=plant.joint_names, progress=_progress(label))
+        for note in run.quality.notes()[:-1]:  # the last note is the timing, printed once above
+            print(f"  {label}: {note}")
+        return run.recording
 
-    source = "MuJoCo mj_inverse along the plan" if args.source == "ideal" else "MuJoCo simulation at 1 kHz"
-    print(f"Recording data: {source}" + (f", truth model {args.truth_model}" if truth is not None else ""))
+    if args.source == "ideal":
+        print("Recording data: MuJoCo mj_inverse along the plan"
+              + (f", truth model {args.truth_model}" if truth is not None else ""))
+    else:
+        print("Recording data: MuJoCo simulation under computed-torque control"
+              + (f", truth model {args.truth_model}" if truth is not None else "") + f"\n  {timing.describe()}")
     recording = record(plan, "identification run")
     validation = record(check_plan, "validation run")
 
@@ -499,7 +512,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("sysid-identify: interrupted", file=sys.stderr)
         return 130
-    except IdentificationError as err:
+    except (IdentificationError, TrackingError) as err:  # a run the arm did not make: not trustworthy
         print(f"error: {err}", file=sys.stderr)
         return 3
     except (SysidError, ValueError, OSError) as err:
