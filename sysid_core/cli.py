@@ -15,7 +15,6 @@ from .damiao.protocol import motor_limits
 from .dynamics.friction import JointModel
 from .dynamics.model import load_robot
 from .errors import IdentificationError, SysidError
-from .excitation.design import optimize_excitation
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
 from .identification.filtering import FilterConfig
@@ -109,6 +108,7 @@ def _excitation(args: argparse.Namespace, robot):
                  else ""))
         plan = resample(plan, args.sample_rate)
     elif args.excitation == "optimized":
+        from .excitation.design import optimize_excitation  # SciPy's optimizers: only when asked for
         print(f"Optimizing a Fourier excitation ({args.duration:g} s at {args.sample_rate:g} Hz, seed {args.seed}, "
               f"up to {args.excitation_time_limit:g} s)", flush=True)
         # torque limits: the Damiao motors' when named, else the model's actuator limits (if any)
