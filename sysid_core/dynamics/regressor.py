@@ -10,15 +10,18 @@ from .kinematics import Workspace, as_samples, forward_plan, joint_chains, joint
 from .rigid_body import body_regressor_blocks
 from .tree import KinematicTree
 
-# Samples go in blocks of BLOCK, the last (or only) one of the smallest size BLOCK / 2^k
-# (at least SMALLEST) that holds the rest: a block's NumPy calls are planned once per tree
-# and size, and a call uses at most two sizes. BLOCK bounds the temporaries (about 2.5 kB
-# per sample of a block on a 7-DOF arm) while the Python overhead per block (several
-# hundred ufunc calls) stays small against the work.
+# Samples go in blocks of BLOCK, the last (or only) one of the smallest size of a fixed
+# ladder that holds the rest: a block's NumPy calls are planned once per tree and size, and
+# a call uses at most two sizes. BLOCK bounds the temporaries (about 2.1 kB per sample of a
+# block on a 7-DOF arm) while the Python overhead per block (several hundred ufunc calls)
+# stays small against the work. The ladder: multiples of BLOCK / 8 (a last block wastes
+# less than BLOCK / 8 samples), below that powers of two down to SMALLEST.
 BLOCK = 8192
 SMALLEST = 64
-# Per thread, per block size, the Workspace and plan for the last tree, kept between calls:
-# paging in fresh temporaries on every call would cost as much as the computation.
+# Per thread, the Workspace and plan of the last KEPT block sizes (for the last tree), kept
+# between calls: paging in fresh temporaries on every call would cost as much as the
+# computation. KEPT bounds the memory a thread keeps, whatever the calls' sample counts.
+KEPT = 3
 _WORKSPACES = threading.local()
 
 
@@ -110,23 +113,35 @@ def _planned(tree: KinematicTree, size: int) -> tuple:
     if not hasattr(_WORKSPACES, "by_size"):
         _WORKSPACES.by_size = {}
     kept = _WORKSPACES.by_size
-    work = kept.get(size)
+    work = kept.pop(size, None)  # re-inserted last: the dict's order is the order of use
     if work is None or work.plan[0].tree is not tree:
-        work = kept[size] = Workspace()
+        work = Workspace()
         work.plan = _regressor_plan(tree, size, work)
+    kept[size] = work
+    while len(kept) > KEPT:
+        del kept[next(iter(kept))]
     return work.plan
+
+
+def ladder_size(rest: int) -> int:
+    """The smallest block size of the ladder (see BLOCK) holding ``rest`` <= BLOCK samples."""
+    step = BLOCK // 8
+    if rest > step:
+        return -(-rest // step) * step
+    size = step
+    while size // 2 >= max(rest, SMALLEST):
+        size //= 2
+    return size
 
 
 def block_schedule(num: int) -> list:
     """The blocks (start, size) that cover num samples: full BLOCKs, then the rest in one
-    block of the smallest size BLOCK / 2^k >= max(rest, SMALLEST); that one ends at num
-    (overlapping its predecessor) when num >= BLOCK, else it is padded past num."""
+    block of ``ladder_size(rest)``; that one ends at num (overlapping its predecessor) when
+    num >= BLOCK, else it is padded past num."""
     full, rest = divmod(num, BLOCK)
     starts = [(k * BLOCK, BLOCK) for k in range(full)]
     if rest:
-        size = BLOCK
-        while size // 2 >= max(rest, SMALLEST):
-            size //= 2
+        size = ladder_size(rest)
         starts.append((max(num - size, 0), size))
     return starts
 
