@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ModelError
 from . import urdf
 from .inertia import from_com_inertia, transform_parameters
+from .regressor import joint_torque_regressor
 from .tree import HINGE, SLIDE, KinematicTree
 
 _TYPE_NAMES = {int(mujoco.mjtJoint.mjJNT_FREE): "free", int(mujoco.mjtJoint.mjJNT_BALL): "ball"}
@@ -183,7 +184,6 @@ class Robot:
         with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
         torques in N m (N for slides), gravity included.
         """
-        from .regressor import joint_torque_regressor  # imports SymPy: not at `import sysid_core`
         return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
 
     def inverse_dynamics(self, q, dq, ddq, parameters=None) -> np.ndarray:
