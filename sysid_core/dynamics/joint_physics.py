@@ -82,9 +82,13 @@ class MujocoPhysics:
                              f"choose from {sorted(INTEGRATORS.values())}")
 
     @classmethod
-    def inverse(cls, model: mujoco.MjModel) -> "MujocoPhysics":
-        """Data from ``mj_inverse`` on ``model`` at planned accelerations (the ideal source)."""
-        return cls(**_options(model), simulated=False)
+    def inverse(cls, model: mujoco.MjModel, timestep: float | None = None) -> "MujocoPhysics":
+        """Data from ``mj_inverse`` on ``model`` at planned accelerations (the ideal source), with
+        the model's timestep set to ``timestep`` s (default its own)."""
+        options = _options(model)
+        if timestep is not None:
+            options["timestep"] = float(timestep)
+        return cls(**options, simulated=False)
 
     @classmethod
     def simulation(cls, model: mujoco.MjModel, timestep: float | None = None) -> "MujocoPhysics":

@@ -1,23 +1,27 @@
-"""Loading a fixed-base MuJoCo arm into the arrays the regressor works on.
+"""Loading a fixed-base arm (MJCF or URDF, a file or its text) into the arrays the regressor works on.
 
 A *moving body* is a MuJoCo body with at least one joint. Bodies without a
 joint are welded to their parent: their mass is merged into the nearest moving
 ancestor (or dropped when welded to the world), so the regressor has one
 10-parameter block per moving body. Hinge and slide joints only; serial
-chains and trees.
+chains and trees. A URDF's links are MuJoCo bodies of the same names (see
+``urdf``: links on fixed joints are welded bodies, inertials exactly as written).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import io
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
 from ..errors import ModelError
-from . import friction
+from . import friction, urdf
 from .inertia import from_com_inertia, transform_parameters
 from .joint_physics import FrictionLossConstraint, MujocoPhysics
+from .regressor import joint_torque_regressor
 from .tree import HINGE, SLIDE, KinematicTree
 
 _TYPE_NAMES = {int(mujoco.mjtJoint.mjJNT_FREE): "free", int(mujoco.mjtJoint.mjJNT_BALL): "ball"}
@@ -27,11 +31,11 @@ def _body_pose(data: mujoco.MjData, body: int) -> tuple[np.ndarray, np.ndarray]:
     return data.xmat[body].reshape(3, 3).copy(), data.xpos[body].copy()
 
 
-def _compile(path: Path, mesh_dir: str | Path | None) -> mujoco.MjModel:
-    if not path.is_file():
-        raise ModelError(f"model file not found: {path}")
+def _compile(path: Path | None, mesh_dir: str | Path | None, text: str | None = None) -> mujoco.MjModel:
+    """An MJCF file (or its ``text``, then ``path`` is None) compiled by MuJoCo."""
+    where = path if path is not None else "(text)"
     try:
-        spec = mujoco.MjSpec.from_file(str(path))
+        spec = mujoco.MjSpec.from_file(str(path)) if text is None else mujoco.MjSpec.from_string(text)
         if mesh_dir is not None:
             mesh_dir = Path(mesh_dir)
             if not mesh_dir.is_dir():
@@ -39,11 +43,11 @@ def _compile(path: Path, mesh_dir: str | Path | None) -> mujoco.MjModel:
             spec.meshdir = str(mesh_dir.resolve())
         return spec.compile()
     except ValueError as err:
-        text = " ".join(str(err).split())
+        message = " ".join(str(err).split())
         hint = ""
-        if "opening file" in text and "ParseXML" not in text:
+        if "opening file" in message and "ParseXML" not in message:
             hint = " (a mesh or other asset is missing: check the file names or pass --mesh-dir)"
-        raise ModelError(f"cannot load MuJoCo model {path}: {text}{hint}") from None
+        raise ModelError(f"cannot load MuJoCo model {where}: {message}{hint}") from None
 
 
 def _moving_ancestor(model: mujoco.MjModel, body: int) -> int:
@@ -53,8 +57,22 @@ def _moving_ancestor(model: mujoco.MjModel, body: int) -> int:
     return body
 
 
-def _merged_parameters(model, data, moving_ids):
-    """Standard parameters (nb, 10) per moving body, welded descendants merged in.
+def _body_parameters(model: mujoco.MjModel) -> np.ndarray:
+    """Each body's own standard parameters (nbody, 10) in its frame, as MuJoCo compiled them."""
+    local = np.zeros((model.nbody, 10))
+    for body in range(1, model.nbody):
+        # body inertia at its CoM with principal axes body_iquat, in the body frame
+        rot_i = np.empty(9)
+        mujoco.mju_quat2Mat(rot_i, model.body_iquat[body])
+        rot_i = rot_i.reshape(3, 3)
+        inertia_com = rot_i @ np.diag(model.body_inertia[body]) @ rot_i.T
+        local[body] = from_com_inertia(model.body_mass[body], model.body_ipos[body], inertia_com)
+    return local
+
+
+def _merged_parameters(model, data, moving_ids, body_parameters):
+    """Standard parameters (nb, 10) per moving body, welded descendants merged in, from each
+    body's own ``body_parameters`` (nbody, 10).
 
     Uses MuJoCo's own kinematics at qpos0 for the relative placement of welded bodies,
     which is constant by definition.
@@ -68,12 +86,7 @@ def _merged_parameters(model, data, moving_ids):
         if owner == 0:
             continue
         i = index[owner]
-        # body inertia at its CoM with principal axes body_iquat, in the body frame
-        rot_i = np.empty(9)
-        mujoco.mju_quat2Mat(rot_i, model.body_iquat[body])
-        rot_i = rot_i.reshape(3, 3)
-        inertia_com = rot_i @ np.diag(model.body_inertia[body]) @ rot_i.T
-        local = from_com_inertia(model.body_mass[body], model.body_ipos[body], inertia_com)
+        local = body_parameters[body]
         r_owner, p_owner = _body_pose(data, owner)
         r_body, p_body = _body_pose(data, body)
         theta[i] += transform_parameters(local, r_owner.T @ r_body, r_owner.T @ (p_body - p_owner))
@@ -128,6 +141,11 @@ class Robot:
     ``frictionloss`` N m, ``stiffness`` N m/rad toward ``springref`` rad, ``joint_range``
     (n, 2) rad or m (inf when unlimited); ``frictionloss_constraint`` how MuJoCo applies the
     frictionloss (joint_physics.FrictionLossConstraint; only where data come from MuJoCo).
+
+    ``source_format`` is "mjcf" or "urdf"; ``description`` the URDF text a URDF robot was
+    loaded from (what exports edit); ``simulation_adjustments`` {link: what changed} for the
+    moving links whose URDF inertia MuJoCo refuses: ``model`` (what simulations run) has the
+    change, ``nominal_parameters`` the URDF's values.
     """
 
     path: Path | None
@@ -149,6 +167,9 @@ class Robot:
     stiffness: np.ndarray
     springref: np.ndarray
     frictionloss_constraint: FrictionLossConstraint
+    source_format: str = "mjcf"
+    description: str | None = None
+    simulation_adjustments: dict = field(default_factory=dict)
 
     @property
     def n_joints(self) -> int:
@@ -183,7 +204,6 @@ class Robot:
         with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
         torques in N m (N for slides), gravity included.
         """
-        from .regressor import joint_torque_regressor  # imports SymPy: not at `import sysid_core`
         return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
 
     def inverse_inertia_diagonal(self, parameters=None, armature=None) -> np.ndarray:
@@ -262,30 +282,89 @@ def _resolve_terminal(model, tree, moving_ids, names, terminal_body, terminal_jo
     return body, joint_names[tree.body_joints[body][-1]]
 
 
-def load_robot(path, terminal_body: str | None = None, terminal_joint: str | None = None,
-               mesh_dir=None) -> Robot:
-    """Load a fixed-base MJCF arm.
+def _source(source) -> tuple[Path | None, bytes | None]:
+    """(path, None) for a file name, (None, data) for the text of a model."""
+    if isinstance(source, bytes):
+        return None, source
+    if isinstance(source, str) and source.lstrip().startswith("<"):
+        return None, source.encode("utf-8")
+    path = Path(source)
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    return path, None
 
-    The terminal body is the deepest joint-carrying body (the last one in model order on
-    ties) unless ``terminal_body`` (a body name; a welded body resolves to the moving body
-    it is welded to) or ``terminal_joint`` names it. Raises ModelError with a readable
-    message for missing or malformed files, free or ball joints, no joints, unknown names.
+
+def _root_tag(data: bytes) -> str | None:
+    """The root element's tag, or None when the XML does not parse (the compiler says why)."""
+    try:
+        for _, element in ET.iterparse(io.BytesIO(data), events=("start",)):
+            return element.tag
+    except ET.ParseError:
+        return None
+    return None
+
+
+def _urdf_model(data: bytes, where: str):
+    """(model, body parameters (nbody, 10) from the URDF's inertials, adjustments)."""
+    root = urdf.parse(data, where)
+    inertials = urdf.link_parameters(root, where)
+    model, adjustments = urdf.compile_urdf(root, where, inertials)
+    compiled = _body_parameters(model)
+    local = np.zeros((model.nbody, 10))
+    for body in range(1, model.nbody):
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body)
+        local[body] = inertials[name]
+        if name in adjustments:
+            continue
+        # a MuJoCo import rule we do not neutralise would show here; the simulation model
+        # must be the URDF's own
+        scale = max(float(np.max(np.abs(local[body]))), 1e-12)
+        if float(np.max(np.abs(compiled[body] - local[body]))) > 1e-9 * scale:
+            raise ModelError(f"{where}: MuJoCo compiled link '{name}' as {np.round(compiled[body], 9).tolist()}, "
+                             f"not as its <inertial> says ({np.round(local[body], 9).tolist()})")
+    return model, local, adjustments
+
+
+def load_robot(source, terminal_body: str | None = None, terminal_joint: str | None = None,
+               mesh_dir=None) -> Robot:
+    """Load a fixed-base arm from an MJCF or URDF file, or from its text (a string starting with '<').
+
+    The format is the root element's: <mujoco> or <robot>. A URDF loads without its
+    geometry (``mesh_dir`` is then unused), each link's mass exactly as its <inertial>
+    says (see ``urdf``). The terminal body is the deepest joint-carrying body (the last one
+    in model order on ties) unless ``terminal_body`` (a body name; a welded body resolves to
+    the moving body it is welded to) or ``terminal_joint`` names it. Raises ModelError with
+    a readable message for missing or malformed files, free or ball joints, no joints,
+    unknown names.
     """
-    path = Path(path)
-    model = _compile(path, mesh_dir)
+    path, data = _source(source)
+    where = str(path) if path is not None else "(text)"
+    if data is None:
+        data = path.read_bytes()
+    source_format = "urdf" if _root_tag(data) == "robot" else "mjcf"
+    adjustments, description = {}, None
+    if source_format == "urdf":
+        model, local, adjustments = _urdf_model(data, where)
+        try:
+            description = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelError(f"{where}: a URDF must be UTF-8 text") from None
+    else:
+        model = _compile(path, mesh_dir, None if path is not None else data.decode("utf-8"))
+        local = _body_parameters(model)
     if model.njnt == 0:
-        raise ModelError(f"{path} has no joints: nothing to identify")
+        raise ModelError(f"{where} has no joints: nothing to identify")
     bad = [(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}", _TYPE_NAMES[t])
            for j, t in enumerate(model.jnt_type.tolist()) if t in _TYPE_NAMES]
     if bad:
         listed = ", ".join(f"'{n}' ({t})" for n, t in bad)
-        raise ModelError(f"{path}: only hinge and slide joints of a fixed-base arm are supported; found {listed}")
-    data = mujoco.MjData(model)
-    data.qpos[:] = model.qpos0
-    mujoco.mj_kinematics(model, data)
+        raise ModelError(f"{where}: only hinge and slide joints of a fixed-base arm are supported; found {listed}")
+    kin = mujoco.MjData(model)
+    kin.qpos[:] = model.qpos0
+    mujoco.mj_kinematics(model, kin)
     moving_ids = [b for b in range(1, model.nbody) if model.body_jntnum[b] > 0]
-    tree = _build_tree(model, data, moving_ids)
-    theta, own, merged = _merged_parameters(model, data, moving_ids)
+    tree = _build_tree(model, kin, moving_ids)
+    theta, own, merged = _merged_parameters(model, kin, moving_ids, local)
     names = {
         "joint": tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}" for j in range(model.njnt)),
         "body": tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in moving_ids),
@@ -301,4 +380,5 @@ def load_robot(path, terminal_body: str | None = None, terminal_joint: str | Non
         frictionloss=model.dof_frictionloss.copy(), joint_range=joint_range,
         stiffness=model.jnt_stiffness[model.dof_jntid].copy(),
         springref=model.qpos_spring[model.jnt_qposadr[model.dof_jntid]].copy(),
-        frictionloss_constraint=FrictionLossConstraint.from_model(model))
+        frictionloss_constraint=FrictionLossConstraint.from_model(model), source_format=source_format,
+        description=description, simulation_adjustments=adjustments)

@@ -74,6 +74,22 @@ def prior_scale(nominal_bodies: np.ndarray, nominal_joint: np.ndarray) -> np.nda
     return np.concatenate([per_body.reshape(-1), joint])
 
 
+def _whitening(beta: np.ndarray, covariance: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of the base estimate's covariance, its uncertainty floored at a
+    millionth: noise-free data would otherwise give standard deviations of ~1e-15 and Newton
+    systems too ill-conditioned to solve accurately."""
+    magnitude = np.maximum(np.abs(beta), 1e-6 * float(np.max(np.abs(beta))))
+    return scipy.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2), lower=True)
+
+
+def consistency_distance(projection: np.ndarray, beta: np.ndarray, covariance: np.ndarray,
+                         theta: np.ndarray) -> float:
+    """How far the base parameters of ``theta`` (p,) lie from the estimate ``beta`` (r,), in its
+    standard deviations (the Mahalanobis distance in the metric consistent_parameters uses)."""
+    gap = scipy.linalg.solve_triangular(_whitening(beta, covariance), projection @ theta - beta, lower=True)
+    return float(np.linalg.norm(gap))
+
+
 def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray, floor: np.ndarray):
     """-sum log det (J_i - F_i) - sum log x_j (x_j: the sign-constrained joint terms, ``signed``
     (k,) bool; F_i ``floor``) with gradient and Hessian; None outside the domain."""
@@ -117,10 +133,7 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
     nominal_bodies = nominal[:n_inertial].reshape(n_bodies, 10)
     floor = realisable_floor(nominal_bodies) if floor is None else np.asarray(floor, dtype=float)
     scale = prior_scale(nominal_bodies, nominal[n_inertial:])
-    # floor the uncertainty at a millionth: noise-free data would otherwise give standard
-    # deviations of ~1e-15 and Newton systems too ill-conditioned to solve accurately
-    magnitude = np.maximum(np.abs(beta), 1e-6 * float(np.max(np.abs(beta))))
-    whiten = scipy.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2), lower=True)
+    whiten = _whitening(beta, covariance)
     a = np.vstack([scipy.linalg.solve_triangular(whiten, projection, lower=True), np.diag(1.0 / scale)])
     b = np.concatenate([scipy.linalg.solve_triangular(whiten, beta, lower=True), nominal / scale])
     gram, rhs = a.T @ a, a.T @ b

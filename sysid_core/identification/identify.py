@@ -33,7 +33,7 @@ from ..dynamics.model import Robot
 from ..errors import DataError
 from . import estimation
 from .base_parameters import BaseParameters, base_parameters
-from .consistency import consistent_parameters, realisable_floor
+from .consistency import consistency_distance, consistent_parameters, realisable_floor
 from .estimation import Estimate, estimate
 from .filtering import FilterConfig, prepare
 from .recording import Recording
@@ -401,13 +401,7 @@ def _evidence(robot: Robot, config: IdentificationConfig, recording: Recording, 
         reasons = consistency_violations(body_parameters[i] - robot.welded_parameters[i])
         if reasons:
             inconsistent[body + (" (less its welded bodies)" if robot.merged_bodies[i] else "")] = reasons
-    distance = None
-    if consistent:
-        gap = base.projection @ standard - est.values
-        try:
-            distance = float(np.sqrt(max(gap @ np.linalg.solve(est.covariance, gap), 0.0)))
-        except np.linalg.LinAlgError:
-            distance = float("inf")
+    distance = consistency_distance(base.projection, est.values, est.covariance, standard) if consistent else None
     relative = metrics.validation_relative_rmse
     validated = relative is not None
     return Evidence(

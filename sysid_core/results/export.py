@@ -29,6 +29,7 @@ from ..dynamics.friction import FrictionModel, JointFriction
 from ..dynamics.friction import PARAMETER_UNITS as _FRICTION_UNITS
 from ..dynamics.inertia import PARAMETER_NAMES, consistency_violations, to_com_inertia
 from ..errors import IdentificationError, ModelError
+from .payload import payload_document
 
 _INERTIA_KEYS = PARAMETER_NAMES[4:]  # Ixx, Ixy, Ixz, Iyy, Iyz, Izz
 
@@ -47,6 +48,7 @@ UNITS = {
     "condition_number": "1",
     "com_error_mm": "mm",
     "percent": "%",
+    "payload": "kg, m, kg m^2 (inertia about the centre of mass, in the payload frame's axes)",
 }
 
 
@@ -187,12 +189,14 @@ def _joint_frictions(result) -> tuple:
                  for c, v in zip(result.coulomb, result.viscous))
 
 
-def params_document(result, robot, source: str, truth=None) -> dict:
+def params_document(result, robot, source: str, truth=None, payload_frame: str | None = None) -> dict:
     """The params.json document (a dict of JSON-ready values) for ``result`` on ``robot``.
 
     ``result`` an IdentificationResult of ``robot``; ``source`` describes where the data
     came from (a recording path, "simulation", ...); ``truth`` an optional Robot loaded
     from the true model (same moving bodies and joints) to add ``truth`` and ``error``.
+    ``payload`` is the terminal body in ROS terms (payload.payload_document), in
+    ``payload_frame`` (default: the terminal body's frame).
     All numbers are plain floats in SI units (see the ``units`` key); inf/NaN become null.
     ``verdict`` (good, doubtful, failed) and ``verdict_reasons`` come first.
     """
@@ -259,6 +263,7 @@ def params_document(result, robot, source: str, truth=None) -> dict:
                               for j, f in zip(result.joint_names, _joint_frictions(result))}
     used = {k for entry in doc["friction_models"].values() for k in entry["parameters"]}
     doc["friction_parameter_units"] = {k: u for k, u in _FRICTION_UNITS.items() if k in used}
+    doc["payload"] = payload_document(result, robot, payload_frame)
     if truth is not None:
         doc["truth"], doc["error"] = _truth_sections(result, truth, theta)
     return doc
@@ -453,12 +458,16 @@ def _positive(text: str) -> bool:
         return False
 
 
-def _own_values(result, robot) -> dict:
+def own_values_to_write(result, robot) -> dict:
     """Body name -> the parameters (10,) to write into its own <inertial>.
 
     The identified values include the body's welded descendants; those keep their own
     inertials in the file, so the body gets the identified total minus their share.
+    IdentificationError for a result whose verdict is failed or a part that is not a real body.
     """
+    if result.verdict is not None and result.verdict.level == "failed":
+        raise IdentificationError("refusing to write a model from a failed identification: "
+                                  + "; ".join(result.verdict.reasons))
     bodies = [result.terminal_body] if result.scope == "terminal" else list(result.body_names)
     values = {}
     for name in bodies:
@@ -512,11 +521,8 @@ def write_updated_model(source_path, output_path, robot, result, mesh_dir=None) 
     ``result.body_parameters``. Returns the output path.
     """
     _check_same_model(result, robot)
-    if result.verdict is not None and result.verdict.level == "failed":
-        raise IdentificationError("refusing to write a model from a failed identification: "
-                                  + "; ".join(result.verdict.reasons))
     source_path, output_path = Path(source_path), Path(output_path)
-    values = _own_values(result, robot)
+    values = own_values_to_write(result, robot)
     data = source_path.read_bytes()
     encoding, prolog, epilog = _split_source(data)
     try:
