@@ -3,7 +3,7 @@
 For every arm of the real-arm corpus (test/models/real_arms, a payload welded to its terminal
 body by test/arm_corpus.with_payload) and the two bundled arms, an 8 s multisine at 500 Hz is
 recorded from the truth model and identified with the nominal model (terminal scope; each
-case with WLS, the default, and with the consistent estimator, marked /c):
+case with WLS alone and with the consistent estimator, the CLI's default, marked /c):
 
 ``good``        the run as a user makes it: MuJoCo's inverse dynamics of the truth along the plan
                 with the default measurement noise (MeasurementNoise()) on q, dq and tau, and no
@@ -53,7 +53,7 @@ from sysid_core.simulation import MeasurementNoise, ideal_recording, measure  # 
 DURATION_S, RATE_HZ = 8.0, 500.0
 BUNDLED = {"panda_class": "panda_class_payload", "openarm_class": "openarm_class_payload"}
 KINDS = ("good", "noise x100", "noise x1e6", "no motion", "swapped", "wrong arm")
-# every kind with WLS (the default) and with the consistent estimator ("/c"), whose result is
+# every kind with WLS alone and with the consistent estimator ("/c"), whose result is
 # always physical: what catches a bad run when the physical-consistency check cannot
 CASES = tuple(k + suffix for k in KINDS for suffix in ("", "/c"))
 
