@@ -3,11 +3,12 @@
 The model is an MJCF or a URDF. With ``--recording`` (rosbag2 bags, CSV files) the data come
 from the files and no simulation runs; otherwise from a MuJoCo simulation of the excitation.
 
-Exit status: 0 on success, 2 for bad input (model, options, data), 3 when the
-identification is ill-posed or its result would be unphysical (nothing unphysical
-is ever written into a model file) or when the simulated arm did not make the
-planned run (diverged, left its plan, saturated or hit a limit: ``TrackingError``), 130
-when interrupted (Ctrl-C).
+Exit status: 0 on success (verdict good or doubtful), 2 for bad input (model, options,
+data), 3 when the identification is ill-posed, its verdict is failed (then no updated model
+is written; params.json says why) or its result would be unphysical (nothing unphysical
+is ever written into a model file), or when the simulated arm did not make the planned
+run (diverged, left its plan, saturated or hit a limit: ``TrackingError``), 130 when
+interrupted (Ctrl-C).
 
 Bad input is found before any work: every numeric option is checked, the output directory
 must take files, the run must fit the machine's memory, and a replayed trajectory must lie
@@ -18,6 +19,7 @@ first one.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import numpy as np
 
 from .damiao.protocol import motor_limits
 from .dynamics.friction import JointModel
+from .dynamics.joint_physics import MujocoPhysics
 from .dynamics.model import load_robot
 from .errors import IdentificationError, SysidError, TrackingError
 from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
@@ -70,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--truth-model", type=Path,
                         help="simulate this model instead (e.g. the arm with the real payload) and report errors")
     parser.add_argument("--terminal-body", help="override the detected terminal body")
-    parser.add_argument("--estimator", choices=ESTIMATORS, default="wls",
-                        help="default wls (Gautier); consistent: WLS, then the nearest physically consistent "
-                             "parameters (what the full scope always writes)")
+    parser.add_argument("--estimator", choices=ESTIMATORS, default="consistent",
+                        help="default consistent: Gautier's WLS, then the nearest physically consistent "
+                             "parameters (a model file can hold them); wls: WLS alone, ols, ridge")
     parser.add_argument("--robust", action="store_true",
                         help="Huber IRLS: bounded weight for outlying torque samples (glitches, contacts)")
     parser.add_argument("--coulomb-smoothing", type=float, default=0.0,
@@ -152,6 +155,10 @@ def _write_model_files(args: argparse.Namespace, robot, result) -> int:
     """The updated model beside params.json: updated_model.urdf for a URDF input (no
     updated_model.xml then: see results.urdf_export), else updated_model.xml. 0 or 3."""
     name = "updated_model.urdf" if robot.source_format == "urdf" else "updated_model.xml"
+    if result.verdict.level == "failed":
+        print(f"error: identification failed, {name} not written: " + "; ".join(result.verdict.reasons),
+              file=sys.stderr)
+        return 3
     try:
         write_updated_robot(args.output_dir, robot, result)
     except IdentificationError as err:
@@ -445,6 +452,11 @@ def run(args: argparse.Namespace) -> int:
     check_plan = _multisine(args, robot, max(5.0, args.duration / 3), args.seed + 1000)
 
     timing = simulation_timing(plant.model, args.sample_rate)
+    # the data come from MuJoCo: its frictionloss constraint (at the timestep the plant runs
+    # with) and, for forward simulation, the damping its integrator applies at the end of each
+    # step are part of the identification model
+    source = MujocoPhysics.simulation if args.source == "sim" else MujocoPhysics.inverse
+    config = dataclasses.replace(config, physics=source(plant.model, timing.timestep))
 
     def record(trajectory, label):
         if args.source == "ideal":
@@ -469,8 +481,10 @@ def run(args: argparse.Namespace) -> int:
     validation = record(check_plan, "validation run")
 
     result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source)
-    if args.export_damiao:
-        torque = predict_torque(robot, result, plan.q, plan.dq, plan.ddq)
+    if args.export_damiao and result.verdict.level != "failed":
+        # feed-forward for real motors: a real joint's friction, not the simulator's
+        hardware = dataclasses.replace(result, config=dataclasses.replace(result.config, physics=None))
+        torque = predict_torque(robot, hardware, plan.q, plan.dq, plan.ddq)
         clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
         print("Damiao export, samples clamped per joint: " +
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))

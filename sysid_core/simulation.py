@@ -55,7 +55,7 @@ import numpy as np
 from .errors import DataError, TrackingError
 from .excitation.design import actuator_torque_limits
 from .excitation.trajectory import Trajectory
-from .identification.recording import Recording
+from .identification.recording import QualityNote, Recording
 
 # Divergence shows up as these warnings: MuJoCo then resets the state instead of propagating NaN.
 _DIVERGENCE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
@@ -83,6 +83,9 @@ _BANDWIDTH_PER_SAMPLE_RATE = 1.0 / 50.0
 # the README); the failures this catches are of the size of the motion itself.
 TRACKING_TOLERANCE_FRACTION = 0.1
 TRACKING_TOLERANCE_FLOOR = 0.01
+# A run accepted with a tracking error above this fraction of its tolerance is marked doubtful
+# in the verdict of what it gives.
+DOUBTFUL_FRACTION = 0.5
 # The recorded motion is checked against the collision geometry every this many seconds.
 _COLLISION_CHECK_PERIOD = 0.01
 # Joint-limit check: a position beyond the limit by more than rounding is a hit (MuJoCo's limit
@@ -527,6 +530,19 @@ class TrackingQuality:
         lines.append(self.timing.describe())
         return tuple(lines)
 
+    def quality_notes(self) -> tuple[QualityNote, ...]:
+        """A doubtful note for the verdict when the run was accepted with little room: tracking
+        error above DOUBTFUL_FRACTION of its refusal threshold (the arm barely made the motion
+        the excitation was designed for). Torque within the actuator limits is not doubtful:
+        the plant applied every commanded N m (a run beyond the limits is refused)."""
+        ratio = self.max_error / self.tolerance
+        j = int(np.argmax(ratio))
+        if ratio[j] <= DOUBTFUL_FRACTION:
+            return ()
+        return (QualityNote("doubtful", f"joint '{self.joint_names[j]}' was {self.max_error[j]:.3g} rad (m) off its "
+                                        f"plan at t={self.max_error_time[j]:.3f} s, {ratio[j]:.0%} of the refusal "
+                                        "threshold: the arm barely followed the excitation"),)
+
 
 @dataclass(frozen=True, eq=False)
 class SimulatedRun:
@@ -684,7 +700,7 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
                           q=measure(q_true, noise.q_std, noise.q_resolution, gen),
                           dq=measure(dq_true, noise.dq_std, noise.dq_resolution, gen),
                           tau=measure(tau_cmd, noise.tau_std, noise.tau_resolution, gen),
-                          joint_names=names)
+                          joint_names=names, quality_notes=quality.quality_notes())
     return SimulatedRun(recording, quality)
 
 

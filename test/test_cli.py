@@ -230,10 +230,11 @@ def test_a_failed_run_leaves_no_file_of_a_previous_run(tmp_path, capsys):
     # a run that fails before writing anything leaves the previous run whole
     assert main([PLANAR, "--seed", "-2", "--output-dir", str(out)]) == 2
     assert {p.name for p in out.iterdir()} == written and (out / "params.json").read_text() == previous
-    # a run that writes and then fails (the horizontal arm's sim data leave its link inertias
-    # undetermined: no updated model): only its own params.json, nothing of the first run
+    # a run that writes and then fails (the arm barely moves: verdict failed, no updated
+    # model): only its own params.json, nothing of the first run
     capsys.readouterr()
-    (status, stdout, err), = run_cli([PLANAR, "--duration", "3", "--source", "sim", "--no-plots", "--output-dir", out])
+    (status, stdout, err), = run_cli([PLANAR, "--duration", "3", "--source", "sim", "--max-velocity", "1e-9",
+                                      "--no-plots", "--output-dir", out])
     assert status == 3, (stdout, err)
     assert {p.name for p in out.iterdir()} == {"params.json"}
     assert json.loads((out / "params.json").read_text())["source"] == "sim"

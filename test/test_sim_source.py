@@ -5,6 +5,7 @@ timestep, servo actuators, gravcomp where the file has it. Oracles: a copy of ea
 actuators and gravcomp deleted by hand; the refusal messages checked against the plan's own
 figures; sysid-identify's exit status.
 """
+import dataclasses
 import xml.etree.ElementTree as ET
 
 import mujoco
@@ -65,6 +66,21 @@ def test_the_sim_source_runs_on_every_arm_as_published(corpus_arm):
     run = simulate(truth, plan, nominal=robot.model, seed=0)
     assert run.recording.n_samples == len(plan.time)
     assert np.all(run.quality.max_error < run.quality.tolerance) and np.all(run.quality.torque_usage <= 1.0)
+    # a healthy run says nothing against itself in the verdict
+    assert run.recording.quality_notes == (), run.recording.quality_notes
+
+
+def test_a_run_near_its_refusal_is_doubtful():
+    """Accepted, but with little room: the note travels with the recording into the verdict."""
+    ur5e = load_robot(arm("ur5e").path)
+    quality = simulate(ur5e.model, _plan(ur5e, duration=0.5), noise=MeasurementNoise.off()).quality
+    assert quality.quality_notes() == ()
+    lagging = quality.max_error.copy()
+    lagging[2] = 0.6 * quality.tolerance[2]       # 60 % of the refusal threshold
+    notes = dataclasses.replace(quality, max_error=lagging).quality_notes()
+    assert [n.level for n in notes] == ["doubtful"]
+    assert f"joint '{quality.joint_names[2]}'" in notes[0].message and "60%" in notes[0].message
+    assert dataclasses.replace(quality, max_error=0.49 * quality.tolerance).quality_notes() == ()
 
 
 @pytest.mark.parametrize("corpus_arm", ARMS, ids=IDS)
