@@ -527,7 +527,8 @@ class VirtualDamiaoArm:
             raise RuntimeError(f"emulator failed: {self._error}")
 
     def poll(self) -> int:
-        """Manual mode: handle every frame waiting on the bus; returns how many were read."""
+        """Manual mode: read every frame waiting on the bus (handled now, or after ``delay`` by
+        ``advance``); returns how many were read."""
         self._check_manual("poll")
         if self._bus is None or self._stopped:
             raise RuntimeError("poll() needs an open bus: call start() first")
