@@ -36,6 +36,7 @@ from .errors import IdentificationError, SysidError, TrackingError
 from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
+from .identification.actuator import EffortGains, apply_effort_gains
 from .identification.filtering import FilterConfig
 from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
                                       predict_torque)
@@ -105,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="rosbag2 bags (directory, .mcap or .db3) of sensor_msgs/JointState, or .csv files "
                                "(time,<joint>_position,<joint>_velocity,<joint>_effort,...); several files are "
                                "separate stretches; effort is the joint torque")
+    recorded.add_argument("--effort-gains", type=Path, metavar="FILE",
+                          help="effort gain file of a two-recording calibration (identification.actuator."
+                               "EffortGains.save): each joint's effort is multiplied by its gain (true torque / "
+                               "reported effort) before identification")
     recorded.add_argument("--topic", default="/joint_states", help="JointState topic in the bags (default /joint_states)")
     recorded.add_argument("--stamps", choices=STAMPS, default="header",
                           help="header: the messages' header stamps (default); receive: when the recorder got them")
@@ -134,7 +139,7 @@ def _check_recording_options(args: argparse.Namespace) -> None:
         if not 0.0 <= args.validation_fraction < 1.0:
             raise SysidError(f"--validation-fraction must be in [0, 1), got {args.validation_fraction}")
     else:
-        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction")
+        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction", "effort_gains")
                  if getattr(args, name) != parser.get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)} only apply with --recording")
@@ -146,6 +151,11 @@ def _recorded_data(args: argparse.Namespace, robot):
     loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
     print(f"Read {', '.join(str(p) for p in loaded.files)}: {loaded.summary()}")
     recording = loaded.recording
+    if args.effort_gains is not None:
+        gains = EffortGains.load(args.effort_gains)
+        recording = apply_effort_gains(recording, gains)
+        print(f"Effort gains from {args.effort_gains}: " + ", ".join(
+            f"{j} {g:.4f}" for j, g in zip(robot.joint_names, gains.for_joints(robot.joint_names))))
     if args.validation_fraction > 0:
         return recording.split(args.validation_fraction)
     return recording, None

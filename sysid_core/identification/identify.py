@@ -530,14 +530,16 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
 
 
 def base_regressor(robot: Robot, config: IdentificationConfig, q, dq, ddq,
-                   base: BaseParameters | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   base: BaseParameters | None = None, nonlinear=None) -> tuple[np.ndarray, np.ndarray]:
     """Regressor of the base parameters (N, n, r) and the torque of everything known (N, n), N m.
 
     The independent columns of the identified standard parameters under ``config`` (those of
     ``structural_base_parameters`` unless ``base`` is given): what an identification on these
     states would estimate. q, dq, ddq (N, n) rad, rad/s, rad/s^2. The nominal model's joint
     torques are ``regressor @ (base.projection @ model_parameter_vector(robot, names)) + known``.
+    ``nonlinear`` (n,) tuples: the friction laws' nonlinear values (e.g. an identification's
+    ``f.nonlinear for f in result.friction``; None: given or default values).
     """
     base = structural_base_parameters(robot, config) if base is None else base
-    columns, known = _columns(robot, config, q, dq, ddq)
+    columns, known = _columns(robot, config, q, dq, ddq, nonlinear)
     return columns[..., base.independent], known
