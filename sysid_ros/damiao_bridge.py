@@ -600,11 +600,9 @@ class DamiaoBridge(Node):
         return response
 
     async def _on_save_commands(self, request, response):
-        # copy under the lock (a memcpy), decode and write in a worker thread: the control loop
-        # shares this executor and must not wait for the disk
-        with self._lock:
-            snapshot = self._log_snapshot()
-        if snapshot is None:
+        # copy, decode and write in a worker thread: the control loop shares this executor and
+        # must wait neither for the disk nor for a copy of the whole ring
+        if self._log_count < 3:
             response.success, response.message = False, (
                 "command log is off (command_log_seconds: 0)" if not self._log_rows else
                 f"only {self._log_count} rounds of commands logged so far: nothing to save")
@@ -613,7 +611,7 @@ class DamiaoBridge(Node):
 
         def write():
             try:
-                done.set_result(self._write_command_log(*snapshot))
+                done.set_result(self._write_command_log(*self._log_snapshot()))
             except (DataError, OSError, ValueError) as err:
                 done.set_result(err)
         threading.Thread(target=write, name="save_commands", daemon=True).start()
@@ -623,17 +621,22 @@ class DamiaoBridge(Node):
         return response
 
     def _log_snapshot(self):
-        """(time (K,), frames (K, n, 8) uint8, mit (K, n) bool) of the logged rounds, oldest
-        first; None when fewer than 3. Caller holds the lock."""
-        count, end, rows = self._log_count, self._log_next, self._log_rows
-        if count < 3:
-            return None
-        n = self.arm.n
+        """(time (K,), frames (K, n, 8) uint8, mit (K, n) uint8) of the logged rounds, oldest
+        first. Copied while the control loop goes on writing: the rounds it overwrote meanwhile
+        (the oldest) are dropped, so every row returned is whole."""
+        with self._lock:
+            count, end = self._log_count, self._log_next
+        rows, n = self._log_rows, self.arm.n
         frames = np.frombuffer(self._log_frames, dtype=np.uint8).reshape(rows, n, protocol.FRAME_LENGTH)
         mit = np.frombuffer(self._log_mit, dtype=np.uint8).reshape(rows, n)
         start = (end - count) % rows
         parts = [slice(start, start + count)] if start + count <= rows else [slice(start, rows), slice(0, end)]
-        return tuple(np.concatenate([a[p] for p in parts]) for a in (self._log_time, frames, mit))
+        copies = [np.concatenate([a[p] for p in parts]) for a in (self._log_time, frames, mit)]
+        with self._lock:
+            written = (self._log_next - end) % rows     # rounds completed meanwhile (far fewer than rows)
+        # the control loop writes a round under the lock this copy does not take: one more may be under way
+        lost = min(max(count + written + 1 - rows, 0), count)
+        return tuple(c[lost:] for c in copies)
 
     def _write_command_log(self, times, frames, mit) -> str:
         """Decode the logged frames (joint side, published-effort units), save them; a line saying where."""
@@ -641,6 +644,8 @@ class DamiaoBridge(Node):
         values = np.zeros((5, k, n))
         for j in range(n):
             values[:, :, j] = protocol.decode_mit_payloads(frames[:, j], self.arm.limits[j]).T
+        if k < 3:
+            raise DataError("the log moved on while it was copied: call again")
         values *= mit.astype(bool)[None]                  # no MIT frame: no command held
         p, v, kp, kd, t = values
         d, g = self.arm.directions, self.effort_gains

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 
 import can
 import numpy as np
@@ -407,6 +408,23 @@ def test_saved_command_log_is_what_went_on_the_bus(rig, tmp_path):
         # the time of a row is when its round was sent, on the clock of the bus stamps
         lag = np.array([stamp for stamp, _ in sent]) - log.time
         assert lag.min() >= 0 and np.median(lag) < 0.005
+
+
+def test_command_log_ring_keeps_the_newest_rounds_oldest_first():
+    """The ring after it wrapped (and while it is written during the copy): whole rows, in order."""
+    rows, n = 7, 2
+    ring = types.SimpleNamespace(_lock=threading.Lock(), _log_rows=rows, arm=types.SimpleNamespace(n=n),
+                                 _log_time=np.zeros(rows), _log_frames=bytearray(rows * n * 8),
+                                 _log_mit=bytearray(rows * n), _log_next=0, _log_count=0)
+    for k in range(17):                 # round k: time k, every byte of its frames k
+        row = ring._log_next
+        ring._log_time[row] = k
+        ring._log_frames[row * n * 8:(row + 1) * n * 8] = bytes([k]) * (n * 8)
+        ring._log_next, ring._log_count = (row + 1) % rows, min(ring._log_count + 1, rows)
+    times, frames, mit = DamiaoBridge._log_snapshot(ring)
+    # one round is assumed under way while copying (the control loop does not wait for the copy)
+    assert times.tolist() == list(range(11, 17))
+    assert [int(f[0, 0]) for f in frames] == times.tolist() and np.all(frames == times[:, None, None])
 
 
 def test_effort_gains_file_makes_published_effort_the_true_torque(rig, tmp_path):
