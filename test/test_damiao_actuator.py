@@ -191,3 +191,81 @@ def test_effort_gain_file_round_trip_and_bad_files(tmp_path):
         act.EffortGains.load(tmp_path / "bad.json")
     with pytest.raises(DataError, match="not found"):
         act.EffortGains.load(tmp_path / "missing.json")
+
+
+# --- the calibration as a user runs it: files in, gain file out ---------------------------------
+
+def test_command_log_file_round_trip_and_bad_files(tmp_path):
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.uniform(0.001, 0.003, 20))
+    log = act.CommandLog(t, *rng.normal(size=(5, 20, 2)), ("a", "b"))
+    path = log.save(tmp_path / "commands.npz", effort_gains=[0.9, 1.1])
+    back = act.CommandLog.load(path)
+    assert back.joint_names == ("a", "b")
+    for name in ("time", "q_des", "dq_des", "tau_ff", "kp", "kd"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(log, name))
+    np.testing.assert_array_equal(act.CommandLog.saved_effort_gains(path), [0.9, 1.1])
+    np.testing.assert_array_equal(act.CommandLog.saved_effort_gains(log.save(tmp_path / "plain.npz")), [1.0, 1.0])
+    np.savez(tmp_path / "other.npz", time=t)
+    with pytest.raises(DataError, match="not a command log"):
+        act.CommandLog.load(tmp_path / "other.npz")
+    with pytest.raises(DataError, match="command log not found"):
+        act.CommandLog.load(tmp_path / "missing.npz")
+    with pytest.raises(DataError, match="an .npz file"):
+        log.save(tmp_path / "commands.csv")
+
+
+def _calibration_files(runs, folder):
+    from sysid_core.identification.recording_files import write_csv
+    paths = []
+    for name, run in zip(("alone", "loaded"), runs):
+        paths += [write_csv(folder / f"{name}.csv", run.recording), run.commands.save(folder / f"{name}_commands.npz")]
+    return paths
+
+
+def test_sysid_calibrate_effort_recovers_the_true_gains_and_writes_a_file_the_bridge_loads(
+        runs, calibration_payload, tmp_path, capsys):
+    from sysid_core.cli import calibrate_main
+    from sysid_ros.damiao_bridge import load_effort_gains
+    robot = load_robot(ROBOTS / "openarm_class.xml")
+    loaded = load_robot(calibration_payload)
+    payload = loaded.nominal_parameters[loaded.terminal_index] - robot.nominal_parameters[robot.terminal_index]
+    alone, alone_log, with_mass, with_mass_log = _calibration_files(runs, tmp_path)
+    out = tmp_path / "effort_gains.json"
+    status = calibrate_main([str(ROBOTS / "openarm_class.xml"), "--recording", str(alone), "--commands", str(alone_log),
+                             "--recording-with-mass", str(with_mass), "--commands-with-mass", str(with_mass_log),
+                             "--mass", repr(float(payload[0])), "--com", *(repr(float(c)) for c in payload[1:4] / payload[0]),
+                             "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    gains = act.EffortGains.load(out)
+    error = gains.for_joints(robot.joint_names) / GAINS - 1
+    # the figures of test_effort_gains_from_two_recordings_make_the_payload_mass_right
+    np.testing.assert_array_less(np.abs(np.delete(error, 4)), 0.01)
+    assert abs(error[4]) < 0.03
+    assert "delay 5.00 ms" in printed
+    # joint5 turns about the forearm: the mass barely loads it, and the table says so
+    assert "barely loaded" in [line for line in printed.splitlines() if line.startswith("joint5")][0]
+    assert not any("barely" in line for line in printed.splitlines() if line.startswith(("joint1", "joint2")))
+    assert "verdict: doubtful" in printed
+    # the bridge of the virtual arm's configuration takes the file
+    p = yaml.safe_load((ROOT / "config" / "openarm_class_damiao.yaml").read_text())["damiao_bridge"]["ros__parameters"]
+    np.testing.assert_array_equal(load_effort_gains(out, p["joint_names"]), gains.for_joints(p["joint_names"]))
+
+
+def test_sysid_calibrate_effort_refuses_bad_input_with_exit_2(runs, tmp_path, capsys):
+    from sysid_core.cli import calibrate_main
+    alone, alone_log, with_mass, with_mass_log = _calibration_files(runs, tmp_path)
+    base = [str(ROBOTS / "openarm_class.xml"), "--recording", str(alone), "--commands", str(alone_log),
+            "--recording-with-mass", str(with_mass), "--commands-with-mass", str(with_mass_log), "--mass", "0.5",
+            "--output", str(tmp_path / "g.json")]
+    runs[0].commands.save(tmp_path / "scaled.npz", effort_gains=GAINS)
+    shifted = replace(runs[0].commands, time=runs[0].commands.time + 1000.0)
+    shifted.save(tmp_path / "shifted.npz")
+    for argv, message in ((base[:4] + [str(tmp_path / "scaled.npz")] + base[5:], "applied effort gains"),
+                          (base[:4] + [str(tmp_path / "shifted.npz")] + base[5:], "do not overlap"),
+                          (base[:-4] + ["--mass", "-1", "--output", str(tmp_path / "g.json")], "mass must be positive"),
+                          (base[:2] + [str(tmp_path / "none.csv")] + base[3:], "not found")):
+        assert calibrate_main(argv) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "g.json").exists()

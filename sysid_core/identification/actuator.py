@@ -43,6 +43,7 @@ _TIME_EPS = 1e-6         # s: stamps of one clock compared with this slack
 # A reply names its command only when that command's law explains it clearly better than the
 # neighbours': by this many torque quanta at least (the 12-bit feedback's resolution).
 _UNAMBIGUOUS_QUANTA = 3.0
+_COMMAND_LOG_FORMAT = "sysid_ros command log 1"
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +95,53 @@ class CommandLog:
     def law(self, k, q, dq) -> np.ndarray:
         """The MIT law of commands ``k`` (index array) at states q, dq (broadcast), N m."""
         return self.kp[k] * (self.q_des[k] - q) + self.kd[k] * (self.dq_des[k] - dq) + self.tau_ff[k]
+
+    def save(self, path, effort_gains=None) -> Path:
+        """Write the log as a NumPy .npz archive (``load`` reads it back, exactly).
+
+        ``effort_gains`` (n,) the gains the logging bridge applied (its published efforts are
+        gain x reported, and so are tau_ff, kp and kd here); None: none applied (ones).
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            raise DataError(f"a command log is an .npz file, got '{path.name}'")
+        gains = np.ones(len(self.joint_names)) if effort_gains is None else np.asarray(effort_gains, dtype=float)
+        if gains.shape != (len(self.joint_names),):
+            raise DataError(f"command log: {gains.size} effort gains for {len(self.joint_names)} joints")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as f:   # np.savez would append .npz to a name without it
+            np.savez(f, format=np.array(_COMMAND_LOG_FORMAT), time=self.time, q_des=self.q_des,
+                     dq_des=self.dq_des, tau_ff=self.tau_ff, kp=self.kp, kd=self.kd,
+                     joint_names=np.array(self.joint_names, dtype=str), effort_gains=gains)
+        return path
+
+    @classmethod
+    def load(cls, path) -> "CommandLog":
+        """Read a log ``save`` wrote; DataError for anything else (a missing file, another archive)."""
+        return cls._read(path)[0]
+
+    @staticmethod
+    def saved_effort_gains(path) -> np.ndarray:
+        """The effort gains (n,) the bridge applied while logging the file ``path`` (ones: none)."""
+        return CommandLog._read(path)[1]
+
+    @classmethod
+    def _read(cls, path):
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                if str(f["format"]) != _COMMAND_LOG_FORMAT:
+                    raise KeyError("format")
+                log = cls(*(np.asarray(f[k], dtype=float) for k in ("time", "q_des", "dq_des", "tau_ff", "kp", "kd")),
+                          tuple(str(j) for j in f["joint_names"]))
+                return log, np.asarray(f["effort_gains"], dtype=float)
+        except FileNotFoundError:
+            raise DataError(f"command log not found: {path}") from None
+        except DataError as err:
+            raise DataError(f"{path}: {err}") from None
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+            raise DataError(f"{path} is not a command log (.npz written by CommandLog.save: "
+                            f"{type(err).__name__}: {err})") from None
 
 
 @dataclass(frozen=True)
