@@ -291,23 +291,36 @@ def prepared_count(recording: Recording, config: FilterConfig = FilterConfig()) 
     return remaining
 
 
-def prepared_blocks(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK):
+def prepared_sizes(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK) -> list:
+    """The number of rows of every block ``prepared_blocks`` yields, without filtering anything."""
+    return [min(block, len(kept) - start) for kept in (_kept(s, config) for s in _stretches(recording, config))
+            for start in range(0, len(kept), block)]
+
+
+def prepared_blocks(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK,
+                    select=None):
     """``prepare``'s rows in order, as Recordings of at most ``block`` rows each (ddq filled,
     ``quality_notes`` carried): what prepare returns, joined, without ever holding it whole.
 
     Each block is filtered over its own stretch of the signal plus ``filter_margin`` samples on
     each side, so memory is a few times ``block`` + margins rows, whatever the recording's
-    length, and a row equals prepare's to round-off. Raises what ``prepared_count`` raises.
+    length, and a row equals prepare's to round-off. ``select`` (a container of block numbers,
+    counting from 0) yields only those blocks, and filters no other. Raises what
+    ``prepared_count`` raises.
     """
     if int(block) != block or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block}")
     prepared_count(recording, config)
+    number = -1
     for stretch in _stretches(recording, config):
         kept = _kept(stretch, config)
         if not len(kept):
             continue
         margin = 0 if stretch.raw.ddq is not None else filter_margin(stretch.rate, config.cutoff_hz, config.order)
         for start in range(0, len(kept), block):
+            number += 1
+            if select is not None and number not in select:
+                continue
             time, q, dq, ddq, tau = _filtered_rows(stretch, config, kept[start:start + block], margin)
             yield Recording(time, q, dq, tau, recording.joint_names, ddq, recording.quality_notes)
 
