@@ -5,8 +5,9 @@ along a 10-minute multisine, exact ddq as in the issue's figures ("ideal"), or t
 sensor noise and no ddq, so that every sample goes through the zero-phase filters ("filtered");
 60 minutes repeat the 10-minute plan six times (time runs on). Each case runs in a fresh
 process (this script with ``--child``) that loads the recording from .npy files, the model,
-then times ``identify()``; peak memory is the process's ru_maxrss after it less its resident
-size before it (the recording, the imports and the model): what identification adds.
+then times ``identify()``; peak memory is the process's peak resident size during it (VmHWM,
+reset just before through /proc/self/clear_refs) less its resident size before it (the
+recording, the imports and the model): what identification adds.
 
 ``sysid-identify config/robots/panda_class.xml`` (terminal, 15 s, sim, no plots) is timed as a
 command, 3 runs, with this checkout and, given ``--base DIR`` (a checkout of the commit before
@@ -40,9 +41,20 @@ CASES = (  # (label, data, minutes, scope, target wall s, target MB)
 )
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+def _status_mb(field: str) -> float:
+    """VmRSS or VmHWM (the peak resident size since the last reset) of this process, MB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1e3
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current resident size (Linux >= 4.0); False where that is refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def make_data(directory: Path) -> None:
@@ -88,11 +100,13 @@ def child(directory: str, data: str, minutes: int, scope: str) -> dict:
     robot = load_robot(ARM)
     recording_mb = sum(a.nbytes for a in (rec.time, rec.q, rec.dq, rec.tau) + ((rec.ddq,) if rec.ddq is not None
                                                                                  else ())) / 1e6
-    before = _rss_mb()
+    reset = _reset_peak()
+    before = _status_mb("VmRSS")
     start = time.perf_counter()
     result = identify(robot, rec, IdentificationConfig(scope=scope))
     wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+    # without a reset, ru_maxrss: the whole process's peak (loading included), an upper bound
+    peak = _status_mb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
     return {"wall": wall, "above": peak - before, "recording_mb": recording_mb, "samples": rec.n_samples,
             "verdict": result.verdict.level, "mass": float(result.terminal_parameters[0]),
             "rank": result.metrics.rank}

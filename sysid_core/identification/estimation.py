@@ -107,7 +107,8 @@ class ReducedForm:
             width = grown.size + 1
             # old triangle (its columns placed in the grown support) on top of the new rows,
             # in Fortran order for LAPACK to factorise in place
-            stack = np.zeros((triangle.shape[0] + num, width), order="F")
+            stack = np.empty((triangle.shape[0] + num, width), order="F")
+            stack[:triangle.shape[0]] = 0.0
             stack[:triangle.shape[0], np.searchsorted(grown, support)] = triangle[:, :-1]
             stack[:triangle.shape[0], -1] = triangle[:, -1]
             stack[triangle.shape[0]:, :-1] = rows[:, grown]

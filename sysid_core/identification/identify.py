@@ -363,18 +363,22 @@ class _Stream:
 
     def samples(self, select=None):
         """(block number, first row number, Recording of at most BLOCK prepared rows), in order;
-        ``select`` a container of the numbers of the prepared_blocks to read (default all)."""
+        ``select`` a container of the numbers of the prepared_blocks to read, and only the
+        first BLOCK rows of each (default: all rows of all)."""
         numbers = range(len(self.sizes)) if select is None else sorted(select)
         starts = np.concatenate(([0], np.cumsum(self.sizes))).astype(int)
         for number, block in zip(numbers, prepared_blocks(self.recording, self.config.filter, self.filter_block,
                                                           select)):
-            for start in range(0, block.n_samples, BLOCK):
+            for start in range(0, block.n_samples if select is None else 1, BLOCK):
                 yield number, int(starts[number]) + start, block.rows(slice(start, start + BLOCK))
 
     def inertial(self, select=None):
         """(block number, samples, inertial columns (B, n, 10 k), torque of the known bodies (B, n))."""
         if self._cached:
-            yield from (item for item in self._cache if select is None or item[0] in select)
+            first = {}  # the first BLOCK of each selected prepared block, as samples() reads them
+            for item in self._cache:
+                if select is None or (item[0] in select and first.setdefault(item[0], item) is item):
+                    yield item
             return
         keep = self._cache is not None and select is None
         items = []
