@@ -161,3 +161,22 @@ def test_streamed_identification_equals_the_whole_recording_solved_at_once(panda
     error = check.tau - predict_torque(robot, result, check.q, check.dq, check.ddq)
     np.testing.assert_allclose(result.metrics.validation_rmse_per_joint, np.sqrt(np.mean(error**2, axis=0)),
                                rtol=1e-9)
+
+
+def test_nonlinear_friction_and_frictionloss_passes_do_not_depend_on_the_blocks(panda_noisy, monkeypatch):
+    """The passes whose columns change between them (the nonlinear friction search, MuJoCo's
+    frictionloss settling): the same result from many uncached blocks as from one cached pass."""
+    from sysid_core.dynamics.joint_physics import MujocoPhysics
+    robot, recording, _ = panda_noisy
+    exact = ideal_recording(robot.model, multisine(robot.joint_range, 4.0, 500.0, seed=4, max_velocity=1.5))
+    for config, data in ((IdentificationConfig(friction_models="stribeck"), recording),
+                         (IdentificationConfig(physics=MujocoPhysics.inverse(robot.model)), exact)):
+        whole = identify(robot, data, config)
+        with monkeypatch.context() as patch:
+            patch.setattr(identify_module, "BLOCK", 256)
+            patch.setattr(filtering, "FILTER_BLOCK", 1024)
+            patch.setattr(identify_module, "CACHE_BYTES", 0)
+            streamed = identify(robot, data, config)
+        np.testing.assert_allclose(streamed.estimate.values, whole.estimate.values, rtol=1e-9)
+        for a, b in zip(streamed.friction, whole.friction):
+            np.testing.assert_allclose(a.nonlinear, b.nonlinear, rtol=1e-9)
