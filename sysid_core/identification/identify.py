@@ -515,7 +515,11 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
 
     The recording's joints are matched to the model by name. Raises DataError for unusable
     data (missing joints, too few samples) and IdentificationError when the data cannot
-    determine the base parameters.
+    determine the base parameters. The recording's arrays are only read, block by block
+    (BLOCK samples; views of a caller's buffer are fine, nothing of their size is copied or
+    built): memory is a few blocks whatever the length (see _Stream); with ``config.robust``
+    one (N, n) residual array more. ``recording.quality_notes`` (and the validation's) end
+    in the verdict.
     """
     recording = recording.select(robot.joint_names)
     stream = _Stream(robot, config, recording)
