@@ -50,15 +50,17 @@ setup(
         "sympy>=1.12",
         "pyyaml>=6.0",
         "python-can>=4.0",
+        "rosbags>=0.10",  # rosbag2 recordings (sysid-identify --recording)
         "matplotlib>=3.5",  # the PNG figures next to params.json
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "pin"],
         "bench": ["pin"],
     },
     entry_points={
         "console_scripts": [
             "sysid-identify = sysid_core.cli:main",
+            "sysid-calibrate-effort = sysid_core.cli:calibrate_main",
             "trajectory_publisher = sysid_ros.trajectory_publisher:main",
             "mujoco_sim = sysid_ros.mujoco_sim:main",
             "identifier = sysid_ros.identifier:main",
