@@ -62,7 +62,8 @@ def generate_launch_description():
 
     identifier = Node(executable="identifier", name="identifier", **common, parameters=[arg["config"], {
         "model": arg["model"], "truth_model": arg["truth_model"], "output_dir": arg["output_dir"],
-        "identify_on_done": is_true(arg["auto_identify"]), "exit_when_done": is_true(arg["exit_when_done"])}])
+        "identify_on_done": is_true(arg["auto_identify"]), "exit_when_done": is_true(arg["exit_when_done"]),
+        "simulated_physics": True}])  # the data come from MuJoCo's forward simulation
     return LaunchDescription(declared + [
         # the simulation starts once the trajectory_publisher and the identifier listen: the
         # recording misses no sample however slowly they start

@@ -197,9 +197,11 @@ def simulate_and_identify(args) -> Outcome:
     nodes = [
         TrajectoryPublisher(parameter_overrides=_overrides(sections, "trajectory_publisher", {
             "model": str(args.model), "duration": args.duration, "use_sim_time": sim_time})),
-        # the identifier needs no clock: the samples carry their stamps
+        # the identifier needs no clock: the samples carry their stamps; mujoco_sim's data come
+        # from MuJoCo's forward simulation (the virtual Damiao arm's steps are its own)
         Identifier(parameter_overrides=_overrides(sections, "identifier", {
-            "model": str(args.model), "truth_model": str(truth_path), "output_dir": str(args.output_dir)})),
+            "model": str(args.model), "truth_model": str(truth_path), "output_dir": str(args.output_dir),
+            "simulated_physics": not damiao})),
     ]
     identifier = nodes[1]
     # the arm last: the bridge enables the motors, and their feedback loop should start spinning at once
@@ -252,7 +254,7 @@ def simulate_and_identify(args) -> Outcome:
             return Outcome(f"{trigger.srv_name} did not answer in time", **counts)
         response = future.result()
         if not response.success:
-            return Outcome(response.message, **counts)
+            return Outcome(_failure(response.message), **counts)
         summary = json.loads(response.message)
         return Outcome(None, summary=summary, report=identifier.last_report, truth_mass=summary["truth"]["mass"],
                        truth_com=tuple(summary["truth"]["center_of_mass"]), **counts)
@@ -261,6 +263,16 @@ def simulate_and_identify(args) -> Outcome:
         for node in nodes + [client]:
             node.destroy_node()
         source.stop()
+
+
+def _failure(message: str) -> str:
+    """One line from a failed identify answer: its reason, or the verdict of the result summary."""
+    try:
+        summary = json.loads(message)
+    except ValueError:
+        return message
+    reasons = summary.get("updated_model_error") or "; ".join(summary["verdict_reasons"])
+    return f"identification verdict {summary['verdict']}, no model written: {reasons}"
 
 
 def _print(outcome: Outcome, args) -> None:

@@ -32,7 +32,7 @@ from sysid_core.excitation.trajectory import Trajectory
 from sysid_core.identification.identify import identify
 from sysid_core.identification.recording import Recording
 from sysid_core.simulation import ideal_recording
-from sysid_ros.identifier import EXIT_BAD_INPUT, EXIT_OK, Identifier, automatic_decimation
+from sysid_ros.identifier import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, Identifier, automatic_decimation, gravity_torque
 
 NOMINAL = ROBOTS / "openarm_class.xml"
 TRUTH = ROBOTS / "openarm_class_payload.xml"
@@ -205,7 +205,7 @@ def test_identifies_payload_from_published_joint_states(data, context, executor,
     # what the node recorded: no exact accelerations, those come from filtering
     head, tail = Recording(recording.time, recording.q, recording.dq, recording.tau,
                            recording.joint_names).split(0.25)
-    expected = identify(nominal, head, identifier._config(head), validation=tail)
+    expected = identify(nominal, head, identifier._config(nominal, head), validation=tail)
     # (the stamps went through ROS's sec/nanosec: equal to ~1e-9 s, not bit for bit)
     assert held_out["validation_rmse"] == pytest.approx(expected.metrics.validation_rmse, rel=1e-6)
     assert held_out["n_samples"] == expected.metrics.n_samples < summary["n_samples"]
@@ -365,8 +365,9 @@ def test_refused_model_file_still_reports_the_identification(data, executor, nod
     source = Messages(recording)
     feed(identifier, (source.message(i) for i in range(recording.n_samples)))
     response = call(executor, nodes(plain_node, unique("refused_client")), "/sysid/identify")
-    assert response.success, response.message
+    assert not response.success, "no usable model came out"
     summary = json.loads(response.message)
+    assert summary["verdict"] == "good"  # the parameters are fine; the file could not take them
     assert summary["updated_model"] is None and "inertiafromgeom" in summary["updated_model_error"]
     assert (tmp_path / "out" / "params.json").is_file() and not (tmp_path / "out" / "updated_model.xml").exists()
 
@@ -602,3 +603,54 @@ def test_the_recording_goes_on_while_identifying(data, executor, nodes, tmp_path
 ])
 def test_automatic_decimation_bounds_the_rows_but_not_below_the_filter_band(n_samples, rate, cutoff, expected):
     assert automatic_decimation(n_samples, rate, cutoff) == expected
+
+
+def _done_flag(nodes, topic="/sysid/done"):
+    flagger = nodes(rclpy.create_node, unique("done_flag"))
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    return flagger.create_publisher(Bool, topic, latched)
+
+
+def test_a_failed_verdict_answers_false_writes_no_model_and_fails_the_exit(data, executor, nodes, tmp_path):
+    """The arm never moves (it holds its pose against gravity, the sensors only see noise): a
+    result comes out, but its verdict is failed. The answer carries the verdict, params.json
+    says it, no model is written and none of an earlier run is left; exit_when_done ends with 3."""
+    nominal, _, recording = data
+    rng = np.random.default_rng(3)
+    n, dof = recording.n_samples, nominal.n_joints
+    q = np.tile(recording.q[0], (n, 1)) + 1e-4 * rng.standard_normal((n, dof))
+    held = Recording(recording.time, q, 1e-3 * rng.standard_normal((n, dof)),
+                     gravity_torque(nominal, q) + 0.01 * rng.standard_normal((n, dof)), recording.joint_names)
+    (tmp_path / "updated_model.xml").write_text("<mujoco/>")  # what an earlier run wrote
+    node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True, exit_when_done=True)
+    messages = Messages(held)
+    feed(node, (messages.message(i) for i in range(n)))
+    _done_flag(nodes).publish(Bool(data=True))
+    assert spin_until(executor, node.finished.done, timeout=60.0), "identify_on_done did not finish the node"
+    assert node.finished.result() == EXIT_FAILED
+    assert not (tmp_path / "updated_model.xml").exists()
+    assert json.loads((tmp_path / "params.json").read_text())["verdict"] == "failed"
+
+    response = call(executor, nodes(plain_node, unique("verdict_client")), "/sysid/identify")
+    assert not response.success
+    summary = json.loads(response.message)
+    assert summary["verdict"] == "failed" and summary["verdict_reasons"], summary
+    assert summary["updated_model"] is None and "verdict is failed" in summary["updated_model_error"]
+
+
+@pytest.mark.parametrize("lost, level", [
+    (set(range(10, 4000, 10)), "doubtful"),  # every tenth sample: 10 %
+    (set(range(1000, 3100)), "failed"),      # one hole of 2100 samples: most of the run
+])
+def test_lost_samples_reach_the_verdict(lost, level, data, executor, nodes, tmp_path):
+    _, _, recording = data
+    assert recording.n_samples == 4001
+    node = make_identifier(nodes, output_dir=str(tmp_path), min_samples=1000)
+    messages = Messages(recording)
+    feed(node, (messages.message(i) for i in range(recording.n_samples) if i not in lost))
+    response = call(executor, nodes(plain_node, unique("lost_client")), "/sysid/identify")
+    summary = json.loads(response.message)
+    assert summary["missing_samples"] == len(lost)
+    assert summary["verdict"] == level and any("never arrived" in r for r in summary["verdict_reasons"]), summary
+    # a doubtful result is usable: its model is written
+    assert response.success == (level == "doubtful") == (tmp_path / "updated_model.xml").is_file()
