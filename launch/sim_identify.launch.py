@@ -68,7 +68,11 @@ def generate_launch_description():
         # the simulation starts once the trajectory_publisher and the identifier listen: the
         # recording misses no sample however slowly they start
         Node(executable="mujoco_sim", name="mujoco_sim", **common, parameters=[arg["config"], {
-            "model": arg["truth_model"], "realtime": is_true(arg["realtime"]), "wait_for_subscribers": 2}]),
+            "model": arg["truth_model"], "realtime": is_true(arg["realtime"]), "wait_for_subscribers": 2,
+            # real time: 5 periods per wall-timer call, so a loaded machine keeps up with 1 kHz (the
+            # other nodes live in other processes and take the bursts); as fast as possible: one
+            # period per call, in step with the commands
+            "steps_per_callback": PythonExpression(["5 if ", is_true(arg["realtime"]), " else 1"])}]),
         Node(executable="trajectory_publisher", name="trajectory_publisher", **common, parameters=[arg["config"], {
             "model": arg["model"], "use_sim_time": use_sim_time}]),
         identifier,
