@@ -9,18 +9,18 @@ import threading
 
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def spin_node(node_class, args=None, threads: int = 1) -> int:
+def spin_node(node_class, args=None) -> int:
     """Run one node until shutdown, or until its ``finished`` Future (if it has one) completes;
     returns the process exit status: that Future's result, else 0.
 
-    ``threads`` > 1 lets its callback groups run in parallel, on rclpy's multi-threaded
-    executor; it cannot keep up with a bursty 1 kHz subscription (test/test_node_processes.py),
-    so the identifier spins on one thread and identifies in a thread of its own.
+    One thread: rclpy's multi-threaded executor cannot keep up with a bursty 1 kHz
+    subscription (test/test_node_processes.py); a node with long work (the identifier) does it
+    in a thread of its own.
 
     A node whose constructor rejects its configuration (ValueError, or rclpy refusing a parameter
     override of the wrong type or value) ends the process with
@@ -51,7 +51,7 @@ def spin_node(node_class, args=None, threads: int = 1) -> int:
     # what start-up built (models, plans, buffers) lives as long as the node: keep the
     # collector from scanning it again and again, pausing the node's timers each time
     gc.freeze()
-    executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     finished = getattr(node, "finished", None)
     try:
