@@ -73,10 +73,7 @@ from sysid_ros.entry_point import spin_node
 
 # A late wall timer catches up at most this many control periods in one call; further behind,
 # the simulation gives up on the lost time (it runs slower than real time) instead of bursting.
-# A loaded machine stalls the process for tens of periods now and then (20-30 at a load of 8
-# on 2 cores); dropping those warps the excitation against the commands of a
-# trajectory_publisher on the wall clock, which cost up to 4 % in the payload's mass.
-MAX_CATCH_UP = 200
+MAX_CATCH_UP = 20
 WARN_PERIOD_S = 5.0
 # JointStates the publisher keeps until every reliable subscriber acknowledged them: 1 s at
 # 1 kHz, so a subscriber process descheduled for a while on a loaded machine loses nothing
