@@ -13,8 +13,13 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, Si
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def spin_node(node_class, args=None, threads: int = 1) -> None:
-    """Run one node until shutdown; ``threads`` > 1 lets its callback groups run in parallel.
+def spin_node(node_class, args=None, threads: int = 1) -> int:
+    """Run one node until shutdown, or until its ``finished`` Future (if it has one) completes;
+    returns the process exit status: that Future's result, else 0.
+
+    ``threads`` > 1 lets its callback groups run in parallel, on rclpy's multi-threaded
+    executor; it cannot keep up with a bursty 1 kHz subscription (test/test_node_processes.py),
+    so the identifier spins on one thread and identifies in a thread of its own.
 
     A node whose constructor rejects its configuration (ValueError) ends the process with
     status 1 and the reason on one line, not a traceback; a Ctrl-C or SIGTERM during start-up
@@ -37,15 +42,19 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
             print(f"error: {err}", file=sys.stderr, flush=True)
             sys.exit(1)
         if interrupted:
-            return
+            return 0
         raise
     # what start-up built (models, plans, buffers) lives as long as the node: keep the
     # collector from scanning it again and again, pausing the node's timers each time
     gc.freeze()
     executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
     executor.add_node(node)
+    finished = getattr(node, "finished", None)
     try:
-        executor.spin()
+        if finished is None:
+            executor.spin()
+        else:
+            executor.spin_until_future_complete(finished)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -58,6 +67,7 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
             executor.shutdown()
             node.destroy_node()
             rclpy.try_shutdown()
+    return finished.result() if finished is not None and finished.done() else 0
 
 
 @contextlib.contextmanager

@@ -8,7 +8,8 @@ A joint whose command is older than ``command_timeout_s`` (sim time) falls back 
 only, tau = -kd dq, as the Damiao bridge does; before its first command a joint holds the
 initial pose with the PD law and no feed-forward.
 
-realtime: true steps on a wall timer at ``rate_hz`` (catching up a few late periods).
+realtime: true steps on a wall timer at ``rate_hz`` / ``steps_per_callback`` (catching up a
+few late periods), so each call publishes about ``steps_per_callback`` samples at once.
 realtime: false steps as fast as the executor allows and publishes ``/clock`` (it is
 published in both modes), so nodes with ``use_sim_time`` follow the simulation. The fast loop
 is a zero-period timer that runs ``steps_per_callback`` periods per call; between calls the
@@ -19,7 +20,17 @@ subscription of sim-time nodes) in step with the simulation: every round publish
 sample and every subscriber takes one. Larger values run the simulation ahead of them: they
 fall behind by steps_per_callback - 1 samples per round, follow a stale clock, and drop
 samples once their queues are full. Use them only when the consumers live in other
-processes and keep up.
+processes and keep up (or to reproduce the bursts in which a loaded machine delivers samples).
+
+Idle: when ``sysid/done`` turns true (the trajectory_publisher finished its excitation and
+holds the arm at rest) the simulation pauses, in both modes: no stepping, no ``joint_states``,
+no ``/clock``, no CPU. It resumes when ``sysid/done`` turns false (a new run starts) or a
+command changes the target. ``published`` counts the JointStates sent; it is logged at each
+pause and at shutdown, to compare with what the recorders received.
+
+Names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/done``) except
+``/clock``, which ROS reads from the root: under a namespace, remap it (``-r /clock:=clock``
+for this node and every node following its time) so two simulations do not share one clock.
 
 rate_hz: the control period must be a whole number of model timesteps. The default gains
 (``sysid_core.simulation.default_gains``) are meant for 1 kHz: at 500 Hz the explicit damping
@@ -35,9 +46,10 @@ from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool
 
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError, SysidError
@@ -49,6 +61,9 @@ from sysid_ros.entry_point import spin_node
 # the simulation gives up on the lost time (it runs slower than real time) instead of bursting.
 MAX_CATCH_UP = 20
 WARN_PERIOD_S = 5.0
+# JointStates the publisher keeps until every reliable subscriber acknowledged them: 1 s at
+# 1 kHz, so a subscriber process descheduled for a while on a loaded machine loses nothing
+STATE_DEPTH = 1000
 
 DEFAULT_NOISE = MeasurementNoise()  # the project's default measurement noise
 
@@ -86,23 +101,27 @@ class MujocoSim(Node):
         self._periods = 0
         self._period_ns = 0
         self._timer = None
-        self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=100))
+        self.paused = False
+        self._done = None  # the last sysid/done seen; None: none yet
+        self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=STATE_DEPTH))
         self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
         self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
+        self.create_subscription(Bool, 'sysid/done', self._on_done,
+                                 QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
         try:
             self._setup()
         except (SysidError, ValueError) as exc:
             self._fail(f'not simulating: {exc}')
             return
         self._realtime = bool(self.get_parameter('realtime').value)
+        # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self._realtime:
-            # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
             self._wall_start = time.monotonic()
-            self._timer = self.create_timer(self._period_ns * 1e-9, self._on_wall_timer,
-                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+            self._timer = self.create_timer(self._period_ns * self._steps_per_callback * 1e-9, self._on_wall_timer,
+                                            clock=steady)
         else:
-            self._timer = self.create_timer(0.0, self._on_fast_timer,
-                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+            self._timer = self.create_timer(0.0, self._on_fast_timer, clock=steady)
         self.get_logger().info(
             f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self._period_ns:g} Hz, "
             f"{self._substeps} MuJoCo step(s) per period, {'real time' if self._realtime else 'as fast as possible'}")
@@ -199,11 +218,41 @@ class MujocoSim(Node):
 
     # --- callbacks --------------------------------------------------------------------------
 
+    def _on_done(self, msg: Bool):
+        # a transition, not a stale latched flag: a sim started after a finished run still runs
+        finished = msg.data and self._done is False
+        self._done = msg.data
+        if finished:
+            self._pause('the excitation is done')
+        elif not msg.data:
+            self._resume('a new run starts')
+
+    def _pause(self, why: str):
+        if self.paused or self._timer is None or self.error is not None:
+            return
+        self.paused = True
+        self._timer.cancel()
+        self.get_logger().info(f'{why}: simulation paused at {self.sim_time:.3f} s (sim time) after publishing '
+                               f'{self.published} joint states; it resumes on a new target or run')
+
+    def _resume(self, why: str):
+        if not self.paused or self.error is not None:
+            return
+        self.paused = False
+        if self._realtime:  # the paused wall time is not simulated afterwards
+            self._wall_start = time.monotonic() - self._periods * self._period_ns * 1e-9
+        self._timer.reset()
+        self.get_logger().info(f'{why}: simulation resumed')
+
     def _on_command(self, msg: JointState):
         command = self._command_arrays(msg)
         if command is None:
             return
         joints, q_des, dq_des, tau_ff = command
+        if self.paused and not (np.array_equal(self._q_des[joints], q_des) and
+                                np.array_equal(self._dq_des[joints], dq_des) and
+                                np.array_equal(self._tau_ff[joints], tau_ff)):
+            self._resume('a command changed the target')
         self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
         self._commanded_at[joints] = self._periods * self._period_ns
         if self._timed_out:
@@ -217,7 +266,7 @@ class MujocoSim(Node):
 
     def _on_wall_timer(self):
         due = int((time.monotonic() - self._wall_start) * 1e9) // self._period_ns + 1 - self._periods
-        if due > MAX_CATCH_UP:
+        if due > max(MAX_CATCH_UP, 2 * self._steps_per_callback):
             self.get_logger().warning(f'{due} control periods late: dropping the lost time (the simulation '
                                       'runs slower than real time)', throttle_duration_sec=WARN_PERIOD_S)
             self._wall_start += (due - 1) * self._period_ns * 1e-9
@@ -267,8 +316,14 @@ class MujocoSim(Node):
         self.published += 1
 
 
+    def destroy_node(self):
+        if self._period_ns:
+            self.get_logger().info(f'published {self.published} joint states over {self.sim_time:.3f} s (sim time)')
+        return super().destroy_node()
+
+
 def main(args=None):
-    spin_node(MujocoSim, args)
+    return spin_node(MujocoSim, args)
 
 
 if __name__ == '__main__':

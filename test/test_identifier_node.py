@@ -203,7 +203,7 @@ def test_identifies_payload_from_published_joint_states(data, context, executor,
     # what the node recorded: no exact accelerations, those come from filtering
     head, tail = Recording(recording.time, recording.q, recording.dq, recording.tau,
                            recording.joint_names).split(0.25)
-    expected = identify(nominal, head, identifier._config(), validation=tail)
+    expected = identify(nominal, head, identifier._config(head), validation=tail)
     # (the stamps went through ROS's sec/nanosec: equal to ~1e-9 s, not bit for bit)
     assert held_out["validation_rmse"] == pytest.approx(expected.metrics.validation_rmse, rel=1e-6)
     assert held_out["n_samples"] == expected.metrics.n_samples < summary["n_samples"]
@@ -376,7 +376,7 @@ def test_invalid_parameters_are_rejected_with_a_reason(nodes):
                                 ("effort_mode", "volts", "effort_mode must be one of"),
                                 ("friction_terms", ["stiction"], "friction_terms"),
                                 ("cutoff_hz", -1.0, "cutoff_hz"),
-                                ("decimation", 0, "decimation"),
+                                ("decimation", -1, "decimation"),
                                 ("torque_constants", [0.1, float("nan")], "torque_constants"),
                                 ("buffer_capacity", 10, "read-only")]:
         result = identifier.set_parameters([Parameter(name, value=value)])[0]

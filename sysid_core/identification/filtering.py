@@ -126,6 +126,30 @@ def uniform_sample_rate(time) -> float:
     return 1.0 / period
 
 
+def missing_samples(time) -> int:
+    """How many samples a recording stamped by a steady timer lacks: time (N,) s, increasing.
+
+    Each interval of about k median periods (k >= 2) holds k - 1 lost samples; exact while the
+    timer's jitter stays under half a period. Meaningless for receive-time stamps (a batch of
+    messages arrives at once, then nothing).
+    """
+    time = np.asarray(time, dtype=float)
+    if time.shape[0] < 3:
+        return 0
+    dt = np.diff(time)
+    periods = np.rint(dt / np.median(dt))
+    return int(np.sum(periods[periods >= 2] - 1))
+
+
+def _measured(grid: np.ndarray, time: np.ndarray, period: float) -> np.ndarray:
+    """(M,) bool: the grid points with a measured sample nearer than 3/4 of a period. Jitter
+    under half a period keeps every grid point that near one; a hole of lost samples leaves the
+    points inside it alone."""
+    after = np.clip(np.searchsorted(time, grid), 1, time.size - 1)
+    nearest = np.minimum(np.abs(time[after] - grid), np.abs(grid - time[after - 1]))
+    return nearest < 0.75 * period
+
+
 def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERIODS) -> Recording:
     """``recording`` linearly interpolated onto a uniform grid at its median sample spacing.
 
@@ -153,12 +177,17 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
                      recording.joint_names, interpolate(recording.ddq))
 
 
-def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
-    """One uniformly sampled stretch through the filters, trimmed and decimated; None when too short."""
+def _filtered(recording: Recording, config: FilterConfig, measured: np.ndarray | None = None) -> Recording | None:
+    """One uniformly sampled stretch through the filters, trimmed and decimated; None when too short.
+
+    ``measured`` (N,) bool: the samples that were measured, not interpolated; only they are kept.
+    """
     fs = uniform_sample_rate(recording.time)
     trim = int(round(config.trim_s * fs))
-    keep = slice(trim, recording.n_samples - trim, config.decimation)
-    if not len(range(recording.n_samples)[keep]):
+    keep = np.arange(trim, recording.n_samples - trim, config.decimation)
+    if measured is not None:
+        keep = keep[measured[keep]]
+    if not keep.size:
         return None
     q, dq, tau = (np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau))
     if recording.ddq is None:
@@ -174,6 +203,12 @@ def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
     return Recording(np.asarray(recording.time, dtype=float), q, dq, tau, recording.joint_names, ddq).rows(keep)
 
 
+def _bridged(stretch: Recording, period: float) -> tuple[Recording, np.ndarray]:
+    """A stretch with jitter or short holes on a uniform grid, and which grid points were measured."""
+    uniform = resample_uniform(stretch, max_gap_periods=np.inf)
+    return uniform, _measured(uniform.time, np.asarray(stretch.time, dtype=float), period)
+
+
 def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Recording:
     """The measured-signal pipeline: a Recording with ddq filled, ready for regression.
 
@@ -185,16 +220,18 @@ def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Reco
 
     With ``config.resample`` (the default) the recording may come from a driver: it is cut
     at every interval longer than MAX_GAP_PERIODS median periods (lost samples), each stretch
-    is resampled onto a uniform grid if its stamps jitter (``resample_uniform``) and filtered
-    on its own, and the stretches are joined (each row of the regression stands alone, so
-    nothing ties neighbouring rows together). Stretches too short to filter are dropped.
+    is resampled onto a uniform grid if its stamps jitter or a few samples are missing
+    (``resample_uniform``) and filtered on its own, and the stretches are joined (each row of
+    the regression stands alone, so nothing ties neighbouring rows together). Only grid points
+    where a sample was measured become rows: the filters bridge a short hole, the regression
+    never sees an interpolated sample. Stretches too short to filter are dropped.
     Without it, non-uniform stamps raise DataError. DataError too when fewer than
     MIN_SAMPLES samples remain.
     """
     time = np.asarray(recording.time, dtype=float)
     if not config.resample:
         uniform_sample_rate(time)
-        stretches = [recording]
+        stretches = [(recording, None)]
     else:
         period, _ = _spacing_error(time)
         breaks = np.flatnonzero(np.diff(time) > MAX_GAP_PERIODS * period) + 1
@@ -202,9 +239,8 @@ def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Reco
         stretches = [recording.rows(slice(a, b)) for a, b in zip(edges[:-1], edges[1:]) if b - a >= 2]
         # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
         # stretch's own median may be a little shorter, so its gap check must not apply again
-        stretches = [s if _spacing_error(s.time)[1] is None else resample_uniform(s, max_gap_periods=np.inf)
-                     for s in stretches]
-    pieces = [p for p in (_filtered(s, config) for s in stretches) if p is not None]
+        stretches = [(s, None) if _spacing_error(s.time)[1] is None else _bridged(s, period) for s in stretches]
+    pieces = [p for p in (_filtered(s, config, measured) for s, measured in stretches) if p is not None]
     remaining = sum(p.n_samples for p in pieces)
     where = "" if len(stretches) == 1 else f" in {len(stretches)} stretches between gaps of lost samples"
     if remaining < MIN_SAMPLES:

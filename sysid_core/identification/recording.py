@@ -65,6 +65,8 @@ class Recording:
     def select(self, joint_names) -> "Recording":
         """Columns reordered to ``joint_names``; DataError naming what is missing."""
         joint_names = tuple(joint_names)
+        if joint_names == self.joint_names:
+            return self  # frozen: nothing to copy
         missing = [j for j in joint_names if j not in self.joint_names]
         if missing:
             raise DataError(f"joints {missing} of the model are not in the data; data has {list(self.joint_names)}")
