@@ -64,8 +64,10 @@ def generate_launch_description():
         "model": arg["model"], "truth_model": arg["truth_model"], "output_dir": arg["output_dir"],
         "identify_on_done": is_true(arg["auto_identify"]), "exit_when_done": is_true(arg["exit_when_done"])}])
     return LaunchDescription(declared + [
+        # the simulation starts once the trajectory_publisher and the identifier listen: the
+        # recording misses no sample however slowly they start
         Node(executable="mujoco_sim", name="mujoco_sim", **common, parameters=[arg["config"], {
-            "model": arg["truth_model"], "realtime": is_true(arg["realtime"])}]),
+            "model": arg["truth_model"], "realtime": is_true(arg["realtime"]), "wait_for_subscribers": 2}]),
         Node(executable="trajectory_publisher", name="trajectory_publisher", **common, parameters=[arg["config"], {
             "model": arg["model"], "use_sim_time": use_sim_time}]),
         identifier,

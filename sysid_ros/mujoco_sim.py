@@ -11,7 +11,11 @@ initial pose with the PD law and no feed-forward.
 realtime: true steps on a wall timer at ``rate_hz`` / ``steps_per_callback`` (catching up a
 few late periods), so each call publishes about ``steps_per_callback`` samples at once.
 realtime: false steps as fast as the executor allows and publishes ``/clock`` (it is
-published in both modes), so nodes with ``use_sim_time`` follow the simulation. The fast loop
+published in both modes), so nodes with ``use_sim_time`` follow the simulation. Once joint
+commands flow it never runs more than ``command_lead_s`` (sim time) ahead of the newest one:
+a commander in another process, following the clock, then keeps up instead of being left
+behind until its commands time out; after a second (wall time) without a new command it
+simulates on regardless (damping only, as on a timeout). The fast loop
 is a zero-period timer that runs ``steps_per_callback`` periods per call; between calls the
 executor serves every other ready entity, so services, parameters and the other nodes of the
 process stay responsive. rclpy's executor takes one message per subscription per wait
@@ -22,7 +26,9 @@ fall behind by steps_per_callback - 1 samples per round, follow a stale clock, a
 samples once their queues are full. Use them only when the consumers live in other
 processes and keep up (or to reproduce the bursts in which a loaded machine delivers samples).
 
-Idle: when ``sysid/done`` turns true (the trajectory_publisher finished its excitation and
+Start: with ``wait_for_subscribers`` > 0 nothing is simulated or published until
+``joint_states`` has that many subscribers (matched), so a recorder that starts slowly still
+gets the first sample. Idle: when ``sysid/done`` turns true (the trajectory_publisher finished its excitation and
 holds the arm at rest) the simulation pauses, in both modes: no stepping, no ``joint_states``,
 no ``/clock``, no CPU. It resumes when ``sysid/done`` turns false (a new run starts) or a
 command changes the target. ``published`` counts the JointStates sent; it is logged at each
@@ -64,6 +70,9 @@ WARN_PERIOD_S = 5.0
 # JointStates the publisher keeps until every reliable subscriber acknowledged them: 1 s at
 # 1 kHz, so a subscriber process descheduled for a while on a loaded machine loses nothing
 STATE_DEPTH = 1000
+# realtime false: a commander silent this long (wall time) is not waited for any more
+COMMAND_WAIT_S = 1.0
+WATCH_PERIOD_S = 0.05  # s between checks of the subscribers and of the commander
 
 DEFAULT_NOISE = MeasurementNoise()  # the project's default measurement noise
 
@@ -94,6 +103,8 @@ class MujocoSim(Node):
         self.declare_parameter('seed', 0)
         self.declare_parameter('initial_positions', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('command_timeout_s', 0.1)
+        self.declare_parameter('command_lead_s', 0.005)
+        self.declare_parameter('wait_for_subscribers', 0)
 
         self.published = 0
         self.error = None
@@ -103,6 +114,9 @@ class MujocoSim(Node):
         self._timer = None
         self.paused = False
         self._done = None  # the last sysid/done seen; None: none yet
+        self._last_command_ns = None  # sim time (ns) of the newest command: its stamp, else its arrival
+        self._waiting_since = None  # wall time the fast loop began to wait for a command
+        self._free_running = False  # the commander went silent: do not wait for it
         self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=STATE_DEPTH))
         self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
         self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
@@ -114,17 +128,23 @@ class MujocoSim(Node):
             self._fail(f'not simulating: {exc}')
             return
         self._realtime = bool(self.get_parameter('realtime').value)
+        self._lead_ns = int(float(self.get_parameter('command_lead_s').value) * 1e9)
+        self._subscribers = int(self.get_parameter('wait_for_subscribers').value)
         # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self._realtime:
-            self._wall_start = time.monotonic()
             self._timer = self.create_timer(self._period_ns * self._steps_per_callback * 1e-9, self._on_wall_timer,
                                             clock=steady)
         else:
             self._timer = self.create_timer(0.0, self._on_fast_timer, clock=steady)
+        self._timer.cancel()
+        self._started = False
+        self.create_timer(WATCH_PERIOD_S, self._on_watch, clock=steady)
+        self._on_watch()
         self.get_logger().info(
             f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self._period_ns:g} Hz, "
-            f"{self._substeps} MuJoCo step(s) per period, {'real time' if self._realtime else 'as fast as possible'}")
+            f"{self._substeps} MuJoCo step(s) per period, {'real time' if self._realtime else 'as fast as possible'}"
+            + (f"; starts when joint_states has {self._subscribers} subscribers" if not self._started else ""))
 
     @property
     def sim_time(self) -> float:
@@ -212,11 +232,35 @@ class MujocoSim(Node):
 
     def _fail(self, message: str):
         self.error = message
+        self._waiting_since = None
         self.get_logger().error(message)
         if self._timer is not None:
             self._timer.cancel()
 
     # --- callbacks --------------------------------------------------------------------------
+
+    def _on_watch(self):
+        """Start once the subscribers are there; stop waiting for a commander that went silent."""
+        if not self._started:
+            if self._state_pub.get_subscription_count() < self._subscribers:
+                return
+            self._started = True
+            self._wall_start = time.monotonic()
+            self._timer.reset()
+            if self._subscribers:
+                self.get_logger().info(f'{self._subscribers} subscribers on {self._state_pub.topic_name}: '
+                                       'simulation started')
+        elif self._waiting_since is not None and time.monotonic() - self._waiting_since > COMMAND_WAIT_S:
+            self._free_running = True
+            self._waiting_since = None
+            self._timer.reset()
+            self.get_logger().warning(f'no new joint command for {COMMAND_WAIT_S:g} s (wall time): simulating '
+                                      'on without waiting for one')
+
+    def _ahead_of_commands(self) -> bool:
+        """realtime false: whether the next period would run more than command_lead_s past the newest command."""
+        return (self._lead_ns > 0 and self._last_command_ns is not None and not self._free_running
+                and (self._periods + 1) * self._period_ns - self._last_command_ns > self._lead_ns)
 
     def _on_done(self, msg: Bool):
         # a transition, not a stale latched flag: a sim started after a finished run still runs
@@ -231,6 +275,7 @@ class MujocoSim(Node):
         if self.paused or self._timer is None or self.error is not None:
             return
         self.paused = True
+        self._waiting_since = None
         self._timer.cancel()
         self.get_logger().info(f'{why}: simulation paused at {self.sim_time:.3f} s (sim time) after publishing '
                                f'{self.published} joint states; it resumes on a new target or run')
@@ -253,6 +298,12 @@ class MujocoSim(Node):
                                 np.array_equal(self._dq_des[joints], dq_des) and
                                 np.array_equal(self._tau_ff[joints], tau_ff)):
             self._resume('a command changed the target')
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self._last_command_ns = stamp or self._periods * self._period_ns
+        self._free_running = False
+        if self._waiting_since is not None:
+            self._waiting_since = None
+            self._timer.reset()
         self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
         self._commanded_at[joints] = self._periods * self._period_ns
         if self._timed_out:
@@ -261,6 +312,10 @@ class MujocoSim(Node):
 
     def _on_fast_timer(self):
         for _ in range(self._steps_per_callback):
+            if self._ahead_of_commands():  # the next command wakes the loop
+                self._waiting_since = time.monotonic()
+                self._timer.cancel()
+                return
             if not self._advance():
                 return
 
