@@ -50,10 +50,11 @@ setup(
         "sympy>=1.12",
         "pyyaml>=6.0",
         "python-can>=4.0",
+        "rosbags>=0.10",  # rosbag2 recordings (sysid-identify --recording)
         "matplotlib>=3.5",  # the PNG figures next to params.json
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "pin"],
         "bench": ["pin"],
     },
     entry_points={

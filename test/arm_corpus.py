@@ -24,8 +24,8 @@ DIRECTORY = Path(__file__).resolve().parent / "models" / "real_arms"
 JOINT_TERMS = ("armature", "damping", "frictionloss", "stiffness")
 HOME_KINDS = ("straight-up", "singular", "bent")
 WEIGHTS = ("light", "medium", "heavy")
-# A payload's mass relative to the arm's moving mass. Rated payloads of the corpus arms are about
-# 0.2-0.5 of their moving mass, so this is 10-25 % of what the arm is rated to carry.
+# A payload's mass relative to the arm's moving mass. The corpus arms' rated payloads are 0.1 (Lite 6)
+# to 0.6 (Gen3) of their moving mass, about 0.3 on most: this is some 15 % of what an arm may carry.
 PAYLOAD_FRACTION = 0.05
 
 
@@ -99,8 +99,8 @@ ARMS = (
         notes="kp 2000 kv 200 servos on a 7 kg arm"),
     Arm("sawyer", "Rethink Robotics Sawyer", 7, "medium", "singular", _terms("armature", "damping", "frictionloss"),
         "general", "implicit", "right_l6",
-        notes="armature 1 kg m^2 on every joint (about the links' own inertia); head welded to the first "
-              "link; primitive collision geoms"),
+        notes="armature 1 kg m^2 on every joint (2600 times the wrist's own inertia); head welded to the "
+              "first link; primitive collision geoms"),
     Arm("z1", "Unitree Z1", 6, "medium", "bent", _terms("damping", "frictionloss"), "motor", "Euler", "link06",
         keyframe=None, urdf=True,
         notes="torque motors (general, gain 1, no limits); no keyframe; qpos0 folded at joint limits"),
@@ -112,8 +112,8 @@ ARMS = (
         notes="armature 0.1 and frictionloss 0.1 on 60-160 g links; dampratio servos; euler poses"),
     Arm("koch_low_cost", "Low-cost robot arm (Koch v1.1)", 5, "light", "bent",
         _terms("armature", "damping", "frictionloss"), "position", "Euler", "gripper_static_finger",
-        notes="armature 0.5 on 20-64 g links (dominates the dynamics); negative joint axes; stiffness 0 "
-              "written out"),
+        notes="armature 0.5 on 20-64 g links (100 to 10^5 times their own inertia); negative joint axes; "
+              "stiffness 0 written out"),
     Arm("wx250s", "Trossen WidowX 250 6DOF", 6, "light", "singular", _terms("armature", "frictionloss"), "position",
         "implicitfast", "wx250s/gripper_link",
         notes="'/' in body names; gripper link inertia 3e-3 kg m^2 on a 110 g link; fingers welded at home"),
@@ -188,10 +188,10 @@ def with_payload(path, body: str | None = None, mass: float | None = None, seed:
     The payload is deterministic per arm (seeded by the file name unless ``seed`` is given): a box of
     random proportions, mass ``PAYLOAD_FRACTION`` of the arm's moving mass unless ``mass`` (kg) is
     given, its frame tilted by a random rotation and offset by about 8 % of the arm's reach, its
-    centre of mass offset again within it, its inertia written as a full tensor with off-diagonal
-    terms. The payload body is inserted into the published XML, every other byte of the model kept
-    (mujoco.MjSpec.to_xml would rewrite the whole arm with 6 significant digits, so the truth arm
-    would no longer be the published one); the result is compiled with mujoco.MjSpec before it is
+    centre of mass offset again within it, its principal axes turned again (a full tensor with
+    off-diagonal terms in any frame of the arm). The payload body is inserted into the published XML, every number of the arm kept as
+    written (mujoco.MjSpec.to_xml would rewrite the whole arm with 6 significant digits, so the truth
+    arm would no longer be the published one); the result is compiled with mujoco.MjSpec before it is
     returned. The XML has no assets and compiles on its own.
     """
     path = Path(path)
@@ -218,14 +218,17 @@ def with_payload(path, body: str | None = None, mass: float | None = None, seed:
                                         side[0]**2 + side[1]**2])
     axes = _random_rotation(rng)                         # principal axes in the payload frame
     inertia = axes @ np.diag(principal) @ axes.T         # about the CoM, payload frame
-    quat = np.empty(4)
+    quat, axes_quat = np.empty(4), np.empty(4)
     mujoco.mju_mat2Quat(quat, frame_rot.reshape(-1))
+    mujoco.mju_mat2Quat(axes_quat, axes.reshape(-1))
 
     tree = ET.parse(path, ET.XMLParser(target=ET.TreeBuilder(insert_comments=True)))
     parent = next(e for e in tree.getroot().iter("body") if e.get("name") == body)
     element = ET.SubElement(parent, "body", name="payload", pos=_text(frame_pos), quat=_text(quat))
-    ET.SubElement(element, "inertial", pos=_text(com), mass=_text([mass]), fullinertia=_text(
-        [inertia[0, 0], inertia[1, 1], inertia[2, 2], inertia[0, 1], inertia[0, 2], inertia[1, 2]]))
+    # principal axes and moments rather than fullinertia: MuJoCo 3.3's compiler diagonalises a
+    # fullinertia only to about 1e-6 relative, which would blur the oracle
+    ET.SubElement(element, "inertial", pos=_text(com), quat=_text(axes_quat), mass=_text([mass]),
+                  diaginertia=_text(principal))
     xml = ET.tostring(tree.getroot(), encoding="unicode")
     mujoco.MjSpec.from_string(xml).compile()  # raises if MuJoCo would reject the truth model
 

@@ -13,7 +13,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from arm_corpus import ARMS, BY_NAME, DIRECTORY, HOME_KINDS, JOINT_TERMS, PAYLOAD_FRACTION, with_payload
+from arm_corpus import ARMS, BY_NAME, DIRECTORY, HOME_KINDS, JOINT_TERMS, PAYLOAD_FRACTION, WEIGHTS, with_payload
 from sysid_core import load_robot
 from sysid_core.dynamics.friction import JointModel
 from sysid_core.identification.identify import IdentificationConfig, structural_base_parameters
@@ -23,8 +23,11 @@ URDF_ARMS = [arm for arm in ARMS if arm.urdf]
 INTEGRATORS = {int(mujoco.mjtIntegrator.mjINT_EULER): "Euler", int(mujoco.mjtIntegrator.mjINT_RK4): "RK4",
                int(mujoco.mjtIntegrator.mjINT_IMPLICIT): "implicit",
                int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): "implicitfast"}
-# gen3.urdf keeps Kinova's rounded rotations (1.5708, 3.1416); gen3.xml has exact ones
+# URDF (Pinocchio) against MJCF (MuJoCo) torques, relative: round-off, except that MuJoCo 3.3 (the
+# Python 3.10 pin) stores a fullinertia diagonalised to only ~1e-6 relative (4.0: 1e-15), which moves
+# torques by ~2e-9; gen3.urdf keeps Kinova's rounded rotations (1.5708, 3.1416), gen3.xml exact ones
 URDF_TOLERANCE = {"gen3": 2e-4}
+FULLINERTIA_TOLERANCE = 1e-8
 SINGULAR = 1e-6      # smallest / largest singular value of the terminal body's Jacobian below which qpos0 is singular
 
 
@@ -59,7 +62,7 @@ def test_the_corpus_covers_what_issue_10_asks_for():
     assert len(ARMS) >= 12 and len(URDF_ARMS) >= 4
     assert {arm.dof for arm in ARMS} >= {5, 6, 7}
     assert {arm.home for arm in ARMS} == set(HOME_KINDS)
-    assert {arm.weight for arm in ARMS} >= {"light", "heavy"}
+    assert {arm.weight for arm in ARMS} == set(WEIGHTS)
     for term in JOINT_TERMS:  # each joint term both present and absent somewhere
         assert any(term in arm.joint_terms for arm in ARMS) and any(term not in arm.joint_terms for arm in ARMS)
     assert {arm.actuator for arm in ARMS} == {"position", "general", "motor"}
@@ -283,7 +286,7 @@ def test_payload_rejects_a_body_the_arm_does_not_have():
 @pytest.mark.parametrize("arm", URDF_ARMS, ids=[a.name for a in URDF_ARMS])
 def test_urdf_is_the_same_arm_as_the_mjcf(arm):
     """Pinocchio's URDF parser reads the file; with the joints in the same order, its RNEA equals
-    MuJoCo's rigid-body inverse dynamics of the MJCF (1e-9, or the rounding a file is known to carry),
+    MuJoCo's rigid-body inverse dynamics of the MJCF (1e-8, or the rounding a file is known to carry),
     and no mass is lost (fixed links' masses merged, the world-fixed ones into the universe)."""
     model = mujoco.MjModel.from_xml_path(str(arm.path))
     data = mujoco.MjData(model)
@@ -292,7 +295,7 @@ def test_urdf_is_the_same_arm_as_the_mjcf(arm):
     names = [name.removeprefix("panda_") for name in list(pin_model.names)[1:]]
     assert names == [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt)]
     assert sum(inertia.mass for inertia in pin_model.inertias) == pytest.approx(model.body_mass.sum(), rel=1e-12)
-    tolerance = URDF_TOLERANCE.get(arm.name, 1e-9)
+    tolerance = URDF_TOLERANCE.get(arm.name, FULLINERTIA_TOLERANCE)
     q, dq, ddq = _states(model, 20, seed=7)
     for k in range(len(q)):
         data.qpos[:], data.qvel[:] = q[k], dq[k]

@@ -20,6 +20,8 @@ Choices where the reference is silent (each a plain rule the host can rely on):
 
 * enable starts from a zero command (no torque until the first MIT frame); disable and any
   fault clear the command; disable leaves a fault in place (only clear error removes it);
+* a status the protocol does not define (0x2..0x7, 0xF, only ever set by ``script_status``)
+  behaves like a fault: no torque, enable ignored, clear error returns the motor to disabled;
 * every frame addressed to a motor (commands, special and management frames) feeds its
   watchdog; the watchdog runs only while enabled, on sim time;
 * the feedback torque is the law evaluated at the state of the reply (what the next step applies);
@@ -247,6 +249,8 @@ class VirtualDamiaoArm:
         self._last_rx = np.zeros(n)             # sim time of the last frame per motor, s
         self._deadline = np.full(n, np.inf)     # sim time at which the watchdog fires
         self._next_deadline = np.inf
+        self._scripts = {}                      # motor index -> [(sim time, status), ...] still to come
+        self._next_script = np.inf              # sim time of the earliest of them
         self._buf_p, self._buf_v, self._buf_t = np.empty(n), np.empty(n), np.empty(n)
 
         self._set_initial_positions(initial_positions)
@@ -442,6 +446,43 @@ class VirtualDamiaoArm:
         with self._lock:
             self._fault(self._state(can_id), status)
 
+    def script_status(self, can_id: int, steps) -> None:
+        """Drive a motor through a sequence of states of its own, whatever the host sends.
+
+        ``steps``: (status, seconds) pairs; each status is entered in turn and held for its
+        seconds of sim time, the last one until something else changes it (its seconds are
+        ignored, None will do). Entering 0x1 enables the motor as an enable frame does (zero
+        command until the next MIT frame), 0x0 disables it, a fault code faults it as
+        ``inject_fault``, any other nibble is reported as is and behaves like a fault. E.g.
+        [(0xA, 0.1), (0x1, None)]: an over-current for 0.1 s that the drive clears itself.
+        Replaces the motor's earlier script; an empty sequence just cancels it.
+        """
+        plan = []
+        for step in steps:
+            try:
+                status, seconds = step
+            except (TypeError, ValueError):
+                raise ValueError(f"steps must be (status, seconds) pairs, got {step!r}") from None
+            if isinstance(status, bool) or not isinstance(status, numbers.Integral) or not 0 <= status <= 0xF:
+                raise ValueError(f"a status is a nibble 0x0..0xF, got {status!r}")
+            plan.append((int(status), seconds))
+        for status, seconds in plan[:-1]:
+            if not isinstance(seconds, numbers.Real) or not seconds > 0 or not math.isfinite(seconds):
+                raise ValueError(f"status 0x{status:X} needs a positive finite duration, got {seconds!r}")
+        with self._lock:
+            s = self._state(can_id)
+            self._scripts.pop(s.index, None)
+            if plan:
+                at = self._data.time
+                timed = []
+                for status, seconds in plan:
+                    timed.append((at, status))
+                    at += seconds if seconds is not None else 0.0
+                self._set_status(s, timed[0][1])
+                if len(timed) > 1:
+                    self._scripts[s.index] = timed[1:]
+            self._next_script = min((left[0][0] for left in self._scripts.values()), default=np.inf)
+
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Stop (or resume) replying; a silent motor still obeys every frame it receives."""
         with self._lock:
@@ -517,6 +558,8 @@ class VirtualDamiaoArm:
             raise _Diverged(self._divergence_message())
         if data.time >= self._next_deadline - _TIME_EPS:
             self._watchdog()
+        if data.time >= self._next_script - _TIME_EPS:
+            self._play_scripts()
         cost = time.perf_counter() - t0
         self._step_cost_sum += cost
         if cost > self._step_cost_max:
@@ -537,6 +580,16 @@ class VirtualDamiaoArm:
                 self._fault(s, dm.STATUS_COMMUNICATION_LOST)
         self._next_deadline = float(self._deadline.min())
 
+    def _play_scripts(self) -> None:
+        now = self._data.time
+        for i in list(self._scripts):
+            steps = self._scripts[i]
+            while steps and now >= steps[0][0] - _TIME_EPS:
+                self._set_status(self._states[i], steps.pop(0)[1])
+            if not steps:
+                del self._scripts[i]
+        self._next_script = min((left[0][0] for left in self._scripts.values()), default=np.inf)
+
     def _fail(self, message: str, exc_info=None) -> None:
         """Record a fatal error: zero every torque, stop replying, log it. Caller holds the lock."""
         if self._error is None:
@@ -554,6 +607,21 @@ class VirtualDamiaoArm:
     def _fault(self, s: _MotorState, status: int) -> None:
         s.status = status
         self._leave_enable(s.index)
+
+    def _set_status(self, s: _MotorState, status: int) -> None:
+        """Enter ``status`` by the motor's own doing (script_status)."""
+        if status == dm.STATUS_ENABLED:
+            if s.status != dm.STATUS_ENABLED:
+                self._enter_enable(s)
+        else:
+            self._fault(s, status)     # disabled, a fault, or a code of no defined meaning
+
+    def _enter_enable(self, s: _MotorState) -> None:
+        i = s.index
+        s.status = dm.STATUS_ENABLED
+        self._clear_command(i)     # zero torque until the first MIT command
+        self._active[i] = 1.0 if s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT else 0.0
+        self._arm_watchdog(s)
 
     def _leave_enable(self, i: int) -> None:
         self._active[i] = 0.0
@@ -627,17 +695,14 @@ class VirtualDamiaoArm:
             code = data[7]
             if code == dm.CMD_ENABLE:
                 if s.status == dm.STATUS_DISABLED:
-                    s.status = dm.STATUS_ENABLED
-                    self._clear_command(i)     # zero torque until the first MIT command
-                    self._active[i] = 1.0 if s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT else 0.0
-                    self._arm_watchdog(s)
+                    self._enter_enable(s)
                 # a faulted motor stays faulted (and replies its fault) until clear error
             elif code == dm.CMD_DISABLE:
                 if s.status == dm.STATUS_ENABLED:
                     s.status = dm.STATUS_DISABLED
                 self._leave_enable(i)
             elif code == dm.CMD_CLEAR_ERROR:
-                if s.status in dm.FAULT_STATUSES:
+                if s.status not in (dm.STATUS_ENABLED, dm.STATUS_DISABLED):
                     s.status = dm.STATUS_DISABLED
             elif code == dm.CMD_SAVE_ZERO:
                 if s.status != dm.STATUS_ENABLED:

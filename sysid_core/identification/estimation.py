@@ -158,6 +158,34 @@ def robust_least_squares(regressor: np.ndarray, torque: np.ndarray, iterations: 
     return Estimate(values, variance * inv_gram, per_joint, "irls")
 
 
+def correlation_time(residual: np.ndarray) -> float:
+    """How many consecutive samples of ``residual`` (N, n) carry one sample's worth of
+    information: 1 + 2 sum_k rho(k), rho the residual's autocorrelation per joint summed over
+    its initial positive run (Geyer's initial positive sequence), averaged over the joints.
+
+    The estimators' covariances assume independent equations; low-pass filtered data (10 Hz
+    of 1 kHz: about 50 samples per independent one) and smooth model errors are not, so their
+    standard deviations are too small by the square root of this factor.
+    """
+    residual = np.asarray(residual, dtype=float)
+    num = residual.shape[0]
+    if num < 4:
+        return 1.0
+    centred = residual - residual.mean(axis=0)
+    size = 1 << int(np.ceil(np.log2(2 * num)))
+    spectrum = np.fft.rfft(centred, n=size, axis=0)
+    acf = np.fft.irfft(np.abs(spectrum) ** 2, n=size, axis=0)[:num]
+    times = []
+    for j in range(residual.shape[1]):
+        if acf[0, j] <= 0:
+            continue
+        rho = acf[1:, j] / acf[0, j]
+        stop = np.flatnonzero(rho <= 0)
+        run = rho[:stop[0]] if stop.size else rho
+        times.append(1.0 + 2.0 * float(np.sum(run)))
+    return float(np.mean(times)) if times else 1.0
+
+
 def estimate(regressor: np.ndarray, torque: np.ndarray, method: str = "wls", ridge_alpha: float = 1e-6,
              robust: bool = False) -> Estimate:
     """Dispatch to the estimator named ``method`` (one of ESTIMATORS); ``robust`` replaces it by
