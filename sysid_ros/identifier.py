@@ -91,9 +91,6 @@ SETTLE_QUIET_S = 0.25
 SETTLE_MAX_S = 2.0
 # exit status of the node after identify_on_done with exit_when_done (as sysid-identify's)
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 3
-# new stretches a recording may have (a clock that jumps back, see screening); beyond, a
-# step back is refused like a small one. Bounds the list of their starts.
-MAX_STRETCHES = 1000
 # doubles per recorded sample and joint the filtering holds besides the regressor (resampled
 # copy, filtered q, dq, tau, ddq, the zero-phase filter's padded temporaries): an estimate
 FILTER_DOUBLES = 16
@@ -369,7 +366,6 @@ class Identifier(Node):
         self._rejections = {}  # kind -> {"count", "first", "last"} (screening's few kinds)
         self._last_warning = -math.inf
         self._last_ns = None  # stamp of the last sample kept, ns
-        self._stretch_starts = []  # samples kept before each new stretch began (screening.NEW_STRETCH)
 
     def _robot_for_parameters(self) -> Robot:
         """The nominal robot of the current ``model``/``terminal_body``, loaded when they changed."""
@@ -469,10 +465,9 @@ class Identifier(Node):
         fault = screening.stamp_fault(stamp_ns, self._last_ns, equal_allowed=unstamped)
         if fault is None:
             return None
-        if fault[0] == screening.NEW_STRETCH and len(self._stretch_starts) < MAX_STRETCHES:
-            self._stretch_starts.append(self._buffer.overwritten + self._buffer.size)
+        if fault[0] == screening.NEW_STRETCH:
             self._warn(f"JointState message {self._received}: {fault[1]}: the clock jumped back, a new stretch "
-                       f"of the recording starts ({len(self._stretch_starts) + 1} stretches)")
+                       "of the recording starts")
             return None
         return screening.STAMP_ORDER, fault[1]
 
@@ -691,23 +686,21 @@ class Identifier(Node):
                                 f"({self._received} received{hint})")
             time_s, q, dq, effort = self._buffer.chronological()
             joints = self._buffer.joint_names
-            oldest = self._buffer.overwritten  # samples kept before the oldest one held
-            starts = [s - oldest for s in self._stretch_starts if s > oldest]
             counts = {"received": self._received, "recorded": len(time_s), "rejected": self._rejected,
                       "rejections": {k: dict(v) for k, v in self._rejections.items()},
-                      "overwritten": self._buffer.overwritten, "stretches": len(starts) + 1}
+                      "overwritten": self._buffer.overwritten}
             last, receive_stamped = self._last_rejection, self._receive_stamped
         minimum = self._param("min_samples")
         if len(time_s) < minimum:
             hint = f", {counts['rejected']} rejected (last: {last})" if counts["rejected"] else ""
             raise DataError(f"too few samples: {len(time_s)} recorded ({counts['received']} received{hint}), "
                             f"min_samples is {minimum}: record longer")
-        recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, starts, receive_stamped)
+        recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped)
         # lost samples leave holes in the stamps of a steady source; receive times have none to count
         ends = (*starts[1:], recording.n_samples)
         counts["missing"] = None if receive_stamped else sum(
             missing_samples(recording.time[a:b]) for a, b in zip(starts, ends))
-        counts["recorded"] = recording.n_samples
+        counts["recorded"], counts["stretches"] = recording.n_samples, len(starts)
         return recording, counts
 
     def _bag_samples(self, robot: Robot, path: str) -> tuple[Recording, dict]:

@@ -10,6 +10,8 @@ steady source sends one per period T, so each message was sent at the latest
 
 the backward pass of ``send_times``: a batch is spread back over the time it waited, at the
 nominal rate, while a real pause (nothing sent) stays a gap: no batch follows it to fill it.
+The last batch before a pause (or the end) keeps its delay: nothing after it says how long it
+waited, so a few samples there may stand apart as a short stretch of their own.
 T is the source's rate measured over the whole recording (``nominal_period``).
 """
 from __future__ import annotations

@@ -6,7 +6,8 @@ its position, velocity and effort are finite, stamped after the last sample kept
 repeats or steps back a little is a duplicated or out-of-order message: refused. A step back
 by more than CLOCK_JUMP_S is the source's clock starting again (a driver restarted, a
 simulation reset) or the previous sample was stamped far in the future: the recording goes on
-in a new stretch (``Screen.NEW_STRETCH``), and no sample after it is refused for it.
+in a new stretch (NEW_STRETCH), and no sample after it is refused for it; ``joined_stretches``
+cuts the recording there.
 """
 from __future__ import annotations
 
@@ -69,15 +70,18 @@ def stamp_fault(stamp_ns: int, last_ns: int | None, equal_allowed: bool = False)
     return STAMP_ORDER, "stamp repeated" if back == 0 else detail
 
 
-def joined_stretches(time_s, q, dq, effort, joint_names, starts=(), receive_stamped: bool = False
-                     ) -> tuple[Recording, tuple]:
+def joined_stretches(time_s, q, dq, effort, joint_names, receive_stamped: bool = False) -> tuple[Recording, tuple]:
     """A recorder's samples as one Recording: ``time_s`` (N,) s, ``q``, ``dq``, ``effort`` (N, n)
-    in ``joint_names`` order, split before each index of ``starts`` (where a new stretch began),
-    each stretch's ``receive_stamped`` times turned into send times (receive_times), stretches of
-    fewer than 3 samples dropped (a lone sample stamped far off), the rest joined with seams
-    (recording_files.concatenate). Returns (recording, index of each stretch's first sample).
-    DataError when nothing is left."""
-    edges = [0, *sorted(s for s in starts if 0 < s < len(time_s)), len(time_s)]
+    in ``joint_names`` order, as screened (increasing within a stretch). Split where the time
+    steps back (a new stretch began; equal ``receive_stamped`` times are one batch) or leaps
+    ahead by more than CLOCK_JUMP_S (a pause, or a sample stamped far ahead: no samples lost
+    there to count or bridge); each stretch's receive times turned into send times
+    (receive_times); stretches of fewer than 3 samples dropped (a lone sample stamped far off);
+    the rest joined with seams (recording_files.concatenate). Returns (recording, index of each
+    stretch's first sample). DataError when nothing is left."""
+    step = np.diff(np.asarray(time_s, dtype=float))
+    back = step < 0 if receive_stamped else step <= 0
+    edges = [0, *(np.flatnonzero(back | (step > CLOCK_JUMP_S)) + 1).tolist(), len(time_s)]
     pieces = []
     for a, b in zip(edges[:-1], edges[1:]):
         if b - a < 3:
