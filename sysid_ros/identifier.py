@@ -414,7 +414,7 @@ class Identifier(Node):
 
     # ------------------------------------------------------------------ recording
 
-    def _layout(self, names) -> np.ndarray | str:
+    def _layout(self, names) -> np.ndarray | tuple:
         """Indices into a message's [position | velocity | effort] giving the buffer's q, dq,
         effort columns, or (kind, reason) when the names cannot serve the model."""
         layout = self._layouts.get(names)
@@ -697,9 +697,7 @@ class Identifier(Node):
                             f"min_samples is {minimum}: record longer")
         recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped)
         # lost samples leave holes in the stamps of a steady source; receive times have none to count
-        ends = (*starts[1:], recording.n_samples)
-        counts["missing"] = None if receive_stamped else sum(
-            missing_samples(recording.time[a:b]) for a, b in zip(starts, ends))
+        counts["missing"] = None if receive_stamped else _missing(recording, starts)
         counts["recorded"], counts["stretches"] = recording.n_samples, len(starts)
         return recording, counts
 
@@ -709,14 +707,17 @@ class Identifier(Node):
         topic = self._param("recording_topic") or self._joint_sub.topic_name
         loaded = read_recordings([path], robot.joint_names, topic=topic)
         self.get_logger().info(f"read {path}: {loaded.summary()}")
-        counts = {"received": loaded.messages, "recorded": loaded.recording.n_samples,
+        minimum = self._param("min_samples")
+        if loaded.recording.n_samples < minimum:
+            raise DataError(f"too few samples: {loaded.recording.n_samples} in {path}, min_samples is {minimum}")
+        # stretches as the live recording had them (a saved one keeps its seams)
+        r = loaded.recording
+        recording, starts = screening.joined_stretches(r.time, r.q, r.dq, r.tau, r.joint_names)
+        counts = {"received": loaded.messages, "recorded": recording.n_samples,
                   "rejected": sum(loaded.dropped.values()),
                   "rejections": {reason: {"count": c} for reason, c in loaded.dropped.items()},
-                  "overwritten": 0, "stretches": 1, "missing": missing_samples(loaded.recording.time)}
-        minimum = self._param("min_samples")
-        if counts["recorded"] < minimum:
-            raise DataError(f"too few samples: {counts['recorded']} in {path}, min_samples is {minimum}")
-        return loaded.recording, counts
+                  "overwritten": 0, "stretches": len(starts), "missing": _missing(recording, starts)}
+        return recording, counts
 
     def _recording(self, robot: Robot) -> tuple[Recording, dict]:
         """The buffer (or the file of parameter 'recording') as a Recording in robot joint order,
@@ -887,6 +888,12 @@ class Identifier(Node):
             except (ImportError, OSError, ValueError, SysidError) as err:  # a figure never costs the result
                 self.get_logger().error(f"plots not written: {_one_line(err)}")
         return summary, figures
+
+
+def _missing(recording: Recording, starts) -> int:
+    """Samples lost in the holes of each stretch's stamps (filtering.missing_samples), summed."""
+    ends = (*starts[1:], recording.n_samples)
+    return sum(missing_samples(recording.time[a:b]) for a, b in zip(starts, ends))
 
 
 def _wake(executor) -> None:
