@@ -5,17 +5,28 @@ Subscribes
     joints, matched to the model by name (any order, extra joints ignored). Reliable, with a
     queue of JOINT_STATES_DEPTH messages: a loaded machine delivers a 1 kHz stream in bursts.
     sysid/done (std_msgs/Bool, transient local): the excitation ended (identify_on_done).
+    robot_description (std_msgs/String, transient local): the arm's URDF, as
+    robot_state_publisher publishes it; the model when parameter ``model`` is empty.
 Services
-    sysid/identify (std_srvs/Trigger): identify from everything recorded so far; the
-    recording is kept, so the call can be repeated with other parameters. The answer's
-    message is the result summary as JSON (with the verdict: ``verdict`` good, doubtful or
-    failed, ``verdict_reasons``) whenever an identification came out; ``success`` is true only
-    when its verdict is not failed and updated_model.xml was written. Input that cannot be
-    identified (no model, too few samples) answers success false with a one-line reason.
+    sysid/identify (std_srvs/Trigger): identify from everything recorded so far (or from the
+    bag of parameter ``recording``); the recording is kept, so the call can be repeated with
+    other parameters. The answer's message is the result summary as JSON (with the verdict:
+    ``verdict`` good, doubtful or failed, ``verdict_reasons``) whenever an identification came
+    out; ``success`` is true only when its verdict is not failed and the updated model was
+    written. Input that cannot be identified (no model, too few samples) answers success false
+    with a one-line reason.
     sysid/reset (std_srvs/Trigger): forget the recording and the counters.
+    sysid/save_recording (std_srvs/Trigger): write the recording as a rosbag2 MCAP bag
+    (``save_path``, default a timestamped directory in ``output_dir``).
 Publishes
     sysid/result (std_msgs/String, transient local): the params.json document of the
     last successful identification, as JSON.
+    sysid/payload (geometry_msgs/Inertia, transient local): the payload of the last successful
+    identification: the identified terminal body minus the model's own, in ``payload_frame``.
+
+Screening: a message is refused on its own (counted by kind, the first and last of each kind
+in the service answer) when it names a joint twice or lacks one, has a NaN or infinite value,
+or is stamped at or before the last sample kept; see sysid_core.identification.screening.
 
 Lost samples (holes in the stamps of a steady source) are counted; beyond
 LOST_DOUBTFUL of the samples they make the verdict doubtful, beyond LOST_FAILED failed.
@@ -45,6 +56,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
+from geometry_msgs.msg import Inertia, Vector3
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
@@ -55,9 +67,14 @@ from sysid_core.dynamics.joint_physics import MujocoPhysics
 from sysid_core.dynamics.model import Robot, load_robot
 from sysid_core.errors import DataError, IdentificationError, ModelError, SysidError
 from sysid_core.identification.filtering import FilterConfig, missing_samples
-from sysid_core.identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify
+from sysid_core.identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify
+from sysid_core.identification.memory import available_memory, describe_bytes, memory_needed
 from sysid_core.identification.recording import QualityNote, Recording
-from sysid_core.results.export import params_document, write_params_json, write_updated_model
+from sysid_core.identification.recording_files import read_recordings, write_rosbag
+from sysid_core.identification import screening
+from sysid_core.results.export import params_document, write_params_json
+from sysid_core.results.payload import terminal_inertia
+from sysid_core.results.urdf_export import write_updated_robot
 from sysid_core.results.plots import write_plots
 from sysid_core.results.report import format_result
 from sysid_core.simulation import simulation_timing
@@ -89,6 +106,9 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 3
 # doubtful (the rows that did arrive are fine, but a link that drops samples may also delay
 # or reorder them) and failed (most of the run is missing)
 LOST_DOUBTFUL, LOST_FAILED = 0.01, 0.5
+# doubles per recorded sample and joint the filtering holds besides the regressor (resampled
+# copy, filtered q, dq, tau, ddq, the zero-phase filter's padded temporaries): an estimate
+FILTER_DOUBLES = 16
 
 
 def _describe(text: str, read_only: bool = False) -> ParameterDescriptor:
@@ -136,6 +156,13 @@ PARAMETERS = {
     "plots": (True, "write torque_fit.png, residuals.png and parameters.png next to params.json"),
     "validation_fraction": (0.0, "share of the recording, at its end, held out to validate the model identified "
                                  "on the rest (a non-repeating excitation makes it a different one); 0: none"),
+    "recording": ("", "rosbag2 bag (directory, .mcap or .db3) or recording CSV to identify from instead of the live "
+                      "recording, e.g. one sysid/save_recording wrote; empty: the live recording"),
+    "recording_topic": ("", "JointState topic in the bag of 'recording'; empty: this node's joint_states topic"),
+    "save_path": ("", "bag directory sysid/save_recording writes (it must not exist); empty: "
+                      "<output_dir>/recording_<date>_<time>"),
+    "payload_frame": ("", "frame of sysid/payload and params.json's payload block: the terminal body (empty) or a "
+                          "link fixed to it, e.g. the flange frame a driver's set_payload expects"),
 }
 
 
@@ -275,6 +302,7 @@ class Identifier(Node):
         self._load_failure = None  # (key, reason) of the last failed load, not retried per message
         self._buffer: SampleBuffer | None = None
         self._layouts = {}  # JointState name tuple -> indices into [position|velocity|effort], or a reason
+        self._description = None  # the URDF last received on robot_description
         self._reset_counters()
         self._receive_stamped = False
         self._ensure_buffer()
@@ -306,13 +334,24 @@ class Identifier(Node):
         self._settle_timer = self.create_timer(SETTLE_QUIET_S, self._on_settle_timer,
                                                clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._settle_timer.cancel()
+        self._create_recording_io()
         topic = self._joint_sub.topic_name
         if self._buffer is not None:
             self.get_logger().info(f"recording {topic} (the latest {self._capacity} samples, "
                                    f"{self._buffer.nbytes / 1e6:.0f} MB); call {self._identify_service.service_name} "
                                    "when done")
         else:
-            self.get_logger().warning(f"not recording {topic} until parameter 'model' names a loadable MJCF")
+            self.get_logger().warning(f"not recording {topic} until parameter 'model' names a loadable MJCF or "
+                                      "URDF, or a URDF arrives on robot_description")
+
+    def _create_recording_io(self) -> None:
+        """robot_description in; sysid/save_recording; sysid/payload out (issue 14)."""
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._description_sub = self.create_subscription(String, "robot_description", self._on_robot_description,
+                                                         latched)
+        self._payload_pub = self.create_publisher(Inertia, "sysid/payload", latched)
+        self.create_service(Trigger, "sysid/save_recording", self._on_save_recording)
 
     # ------------------------------------------------------------------ parameters
 
@@ -353,25 +392,41 @@ class Identifier(Node):
         return self._buffer
 
     def _reset_counters(self) -> None:
+        """Counters and screening state of a new recording."""
         self._received = 0
         self._rejected = 0
         self._last_rejection = None
+        self._rejections = {}  # kind -> {"count", "first", "last"} (screening's few kinds)
         self._last_warning = -math.inf
+        self._last_ns = None  # stamp of the last sample kept, ns
 
     def _robot_for_parameters(self) -> Robot:
         """The nominal robot of the current ``model``/``terminal_body``, loaded when they changed."""
         model, terminal = self._param("model"), self._param("terminal_body")
+        where = model
+        if not model and self._description is not None:
+            model, where = self._description, f"the URDF of {self._description_sub.topic_name}"
         if not model:
-            raise ModelError("parameter 'model' is empty: set it to the nominal MJCF of the arm "
-                             f"(ros2 param set {self.get_fully_qualified_name()} model /path/arm.xml)")
+            raise ModelError("parameter 'model' is empty and no robot_description was received: set it to the "
+                             "nominal MJCF or URDF of the arm (ros2 param set "
+                             f"{self.get_fully_qualified_name()} model /path/arm.xml) or publish the URDF")
         key = (model, terminal)
         with self._robot_lock:
             if self._robot_key != key:
                 self._robot = load_robot(model, terminal_body=terminal or None)
                 self._robot_key = key
-                self.get_logger().info(f"loaded {model}: joints {list(self._robot.joint_names)}, "
+                self.get_logger().info(f"loaded {where}: joints {list(self._robot.joint_names)}, "
                                        f"terminal body '{self._robot.terminal_body}'")
             return self._robot
+
+    def _on_robot_description(self, msg: String) -> None:
+        with self._lock:
+            self._description = msg.data
+            self._load_failure = None  # a new model to try
+            if self._param("model"):
+                self.get_logger().info("robot_description received; parameter 'model' takes precedence")
+            elif self._buffer is None:
+                self._ensure_buffer()  # the recording starts
 
     def _ensure_buffer(self) -> bool:
         """Allocate the buffer for the model's joints if there is none yet; False when no model loads."""
@@ -392,17 +447,20 @@ class Identifier(Node):
 
     # ------------------------------------------------------------------ recording
 
-    def _layout(self, names) -> np.ndarray | str:
+    def _layout(self, names) -> np.ndarray | tuple:
         """Indices into a message's [position | velocity | effort] giving the buffer's q, dq,
-        effort columns, or the reason the names do not cover the model."""
+        effort columns, or (kind, reason) when the names cannot serve the model."""
         layout = self._layouts.get(names)
         if layout is None:
             where = {}
             for i, name in enumerate(names):
                 where.setdefault(name, i)
             missing = [j for j in self._buffer.joint_names if j not in where]
-            if missing:
-                layout = f"lacks the model joints {missing}"
+            twice = screening.duplicate_names(names)
+            if twice:  # which copy is meant? none is taken
+                layout = (screening.DUPLICATE_NAMES, twice)
+            elif missing:
+                layout = (screening.MISSING_JOINTS, f"lacks the model joints {missing}")
             else:
                 idx = np.array([where[j] for j in self._buffer.joint_names])
                 m = len(names)
@@ -412,54 +470,84 @@ class Identifier(Node):
             self._layouts[names] = layout
         return layout
 
-    def _reject(self, reason: str) -> None:
+    def _reject(self, kind: str, detail: str) -> None:
         self._rejected += 1
+        reason = f"message {self._received}: {detail}"
         self._last_rejection = reason
+        entry = self._rejections.setdefault(kind, {"count": 0, "first": reason})
+        entry["count"] += 1
+        entry["last"] = reason
+        self._warn(f"JointState rejected: {reason} ({self._rejected} of {self._received} rejected so far)")
+
+    def _warn(self, text: str) -> None:
         # throttled here: rclpy's own throttling inspects the call stack on every call,
         # ~0.3 ms, too slow for a 1 kHz stream that is rejected message after message
         now = time.monotonic()
         if now - self._last_warning >= WARN_PERIOD_S:
             self._last_warning = now
-            self.get_logger().warning(f"JointState rejected: {reason} ({self._rejected} of {self._received} "
-                                      "rejected so far)")
+            self.get_logger().warning(text)
+
+    def _screen(self, values: np.ndarray, stamp_ns: int, unstamped: bool) -> tuple | None:
+        """(kind, detail) when a sample is refused; starts a new stretch when its clock jumped back."""
+        if self._last_ns is not None and unstamped != self._receive_stamped:
+            return screening.STAMP_KIND, ("no header stamp in a recording of stamped messages" if unstamped else
+                                          "a header stamp in a recording of unstamped messages (receive times)")
+        fault = screening.non_finite(values, self._buffer.joint_names)
+        if fault:
+            return screening.NON_FINITE, fault
+        fault = screening.stamp_fault(stamp_ns, self._last_ns, equal_allowed=unstamped)
+        if fault is None:
+            return None
+        if fault[0] == screening.NEW_STRETCH:
+            self._warn(f"JointState message {self._received}: {fault[1]}: the clock jumped back, a new stretch "
+                       "of the recording starts")
+            return None
+        return screening.STAMP_ORDER, fault[1]
 
     def _on_joint_state(self, msg: JointState) -> None:
         with self._lock:
             self._received += 1
             if self._buffer is None and not self._ensure_buffer():
-                self._reject(f"no model loaded ({self._load_failure[1]})")
+                self._reject(screening.NO_MODEL, f"no model loaded ({self._load_failure[1]})")
                 return
             names = tuple(msg.name)
             m = len(names)
             sizes = (len(msg.position), len(msg.velocity), len(msg.effort))
             if sizes != (m, m, m):
                 empty = [f for f, s in zip(("position", "velocity", "effort"), sizes) if s == 0]
-                self._reject(f"no {'/'.join(empty)} values" if empty else
+                self._reject(screening.INCOMPLETE, f"no {'/'.join(empty)} values" if empty else
                              f"position/velocity/effort have {sizes[0]}/{sizes[1]}/{sizes[2]} values for {m} names")
                 return
             layout = self._layout(names)
-            if isinstance(layout, str):
-                self._reject(layout)
+            if isinstance(layout, tuple):
+                self._reject(*layout)
                 return
             stamp = msg.header.stamp
-            if stamp.sec == 0 and stamp.nanosec == 0:
-                t = self._receive_time()
+            unstamped = stamp.sec == 0 and stamp.nanosec == 0
+            if unstamped:
+                stamp_ns = self.get_clock().now().nanoseconds
+                t = stamp_ns * 1e-9
             else:
+                stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
                 t = stamp.sec + 1e-9 * stamp.nanosec
-            row = self._buffer.next_row()
-            row[0] = t
             # the fields are array.array('d'): joined as arrays, then one NumPy view (a few times
             # faster than np.concatenate on three buffers, and this runs at the sensor rate)
-            row[1:] = np.frombuffer(msg.position + msg.velocity + msg.effort)[layout]
-
-    def _receive_time(self) -> float:
-        if not self._receive_stamped:
-            self._receive_stamped = True
-            self.get_logger().warning(
-                "JointState header stamps are zero: using the receive time (node clock) instead. identify "
-                "resamples its jitter onto a uniform grid, but the delivery delays add timing error: stamp "
-                "the messages at the source")
-        return self.get_clock().now().nanoseconds * 1e-9
+            values = np.frombuffer(msg.position + msg.velocity + msg.effort)[layout]
+            fault = self._screen(values, stamp_ns, unstamped)
+            if fault:
+                self._reject(*fault)
+                return
+            if self._last_ns is None:
+                self._receive_stamped = unstamped
+                if unstamped:
+                    self.get_logger().warning(
+                        "JointState header stamps are zero: using the receive time (node clock) instead; identify "
+                        "spreads batches delivered at once back at the source's measured rate, but the delivery "
+                        "delays add timing error: stamp the messages at the source")
+            self._last_ns = stamp_ns
+            row = self._buffer.next_row()
+            row[0] = t
+            row[1:] = values
 
     def _on_reset(self, request, response):
         with self._lock:
@@ -480,6 +568,43 @@ class Identifier(Node):
         response.message = "recording cleared"
         self.get_logger().info(response.message)
         return response
+
+    async def _on_save_recording(self, request, response):
+        # a long recording takes seconds to write: in a thread, the executor keeps recording
+        answered = Future()
+        executor = self.executor
+        if executor is not None:
+            answered.add_done_callback(lambda _: _wake(executor))
+        threading.Thread(target=self._save_in_thread, args=(answered,), name="save_recording", daemon=True).start()
+        response.success, response.message = await answered
+        return response
+
+    def _save_in_thread(self, answered: Future) -> None:
+        try:
+            answered.set_result((True, str(self.save_recording())))
+        except (SysidError, ValueError, OSError) as err:
+            message = _one_line(f"recording not saved: {err}")
+            self.get_logger().error(message)
+            answered.set_result((False, message))
+
+    def save_recording(self) -> Path:
+        """Write the recording as a rosbag2 MCAP bag of JointState on this node's topic: the
+        samples identify uses (all recorded joints, effort as received, header stamps; receive
+        times as the send times identify derives), so the bag identifies to the same numbers.
+        Returns the bag directory (parameter ``save_path``, or a new one in ``output_dir``)."""
+        recording, counts = self._snapshot()
+        path = self._param("save_path")
+        if not path:
+            output = Path(self._param("output_dir"))
+            output.mkdir(parents=True, exist_ok=True)
+            base = output / time.strftime("recording_%Y%m%d_%H%M%S")
+            path, k = base, 1
+            while path.exists():
+                k += 1
+                path = base.with_name(f"{base.name}_{k}")
+        write_rosbag(path, recording, topic=self._joint_sub.topic_name, storage="mcap", start_ns=0)
+        self.get_logger().info(f"saved {counts['recorded']} samples ({counts['stretches']} stretches) to {path}")
+        return Path(path)
 
     # ------------------------------------------------------------------ identification
 
@@ -589,9 +714,11 @@ class Identifier(Node):
             self._truth = (key, truth)
         return self._truth[1]
 
-    def _recording(self, robot: Robot) -> tuple[Recording, dict]:
-        """The buffer as a Recording in robot joint order, effort converted to joint torque, and
-        the counters at that moment (received, recorded, rejected, overwritten, missing)."""
+    def _snapshot(self) -> tuple[Recording, dict]:
+        """The buffer's samples as one Recording (all recorded joints, effort as received; a
+        stretch of its own after each jump of the clock, receive times made send times) and the
+        counters at that moment (received, recorded, rejected, rejections, overwritten,
+        stretches, missing)."""
         with self._lock:
             if self._buffer is None or self._buffer.size == 0:
                 hint = f", {self._rejected} rejected (last: {self._last_rejection})" if self._rejected else ""
@@ -600,6 +727,7 @@ class Identifier(Node):
             time_s, q, dq, effort = self._buffer.chronological()
             joints = self._buffer.joint_names
             counts = {"received": self._received, "recorded": len(time_s), "rejected": self._rejected,
+                      "rejections": {k: dict(v) for k, v in self._rejections.items()},
                       "overwritten": self._buffer.overwritten}
             last, receive_stamped = self._last_rejection, self._receive_stamped
         minimum = self._param("min_samples")
@@ -607,14 +735,46 @@ class Identifier(Node):
             hint = f", {counts['rejected']} rejected (last: {last})" if counts["rejected"] else ""
             raise DataError(f"too few samples: {len(time_s)} recorded ({counts['received']} received{hint}), "
                             f"min_samples is {minimum}: record longer")
-        missing = [j for j in robot.joint_names if j not in joints]
-        if missing:
-            raise DataError(f"the model's joints {missing} are not in the recording (recorded joints "
-                            f"{list(joints)}): the model changed since recording started; call sysid/reset "
-                            "and record again")
-        measured = Recording(time_s, q, dq, effort, joints).select(robot.joint_names)
+        recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped)
         # lost samples leave holes in the stamps of a steady source; receive times have none to count
-        counts["missing"] = None if receive_stamped else missing_samples(measured.time)
+        counts["missing"] = None if receive_stamped else _missing(recording, starts)
+        counts["recorded"], counts["stretches"] = recording.n_samples, len(starts)
+        return recording, counts
+
+    def _bag_samples(self, robot: Robot, path: str) -> tuple[Recording, dict]:
+        """The recording file ``path`` (parameter 'recording'), its joints in robot order, effort
+        as recorded, and its counters."""
+        topic = self._param("recording_topic") or self._joint_sub.topic_name
+        loaded = read_recordings([path], robot.joint_names, topic=topic)
+        self.get_logger().info(f"read {path}: {loaded.summary()}")
+        minimum = self._param("min_samples")
+        if loaded.recording.n_samples < minimum:
+            raise DataError(f"too few samples: {loaded.recording.n_samples} in {path}, min_samples is {minimum}")
+        # stretches as the live recording had them (a saved one keeps its seams)
+        r = loaded.recording
+        recording, starts = screening.joined_stretches(r.time, r.q, r.dq, r.tau, r.joint_names)
+        counts = {"received": loaded.messages, "recorded": recording.n_samples,
+                  "rejected": sum(loaded.dropped.values()),
+                  "rejections": {reason: {"count": c} for reason, c in loaded.dropped.items()},
+                  "overwritten": 0, "stretches": len(starts), "missing": _missing(recording, starts)}
+        return recording, counts
+
+    def _recording(self, robot: Robot) -> tuple[Recording, dict]:
+        """The buffer (or the file of parameter 'recording') as a Recording in robot joint order,
+        effort converted to joint torque, and the counters at that moment (received, recorded,
+        rejected, rejections, overwritten, stretches, missing)."""
+        path = self._param("recording")
+        if path:
+            measured, counts = self._bag_samples(robot, path)
+        else:
+            recorded, counts = self._snapshot()
+            joints = recorded.joint_names
+            missing = [j for j in robot.joint_names if j not in joints]
+            if missing:
+                raise DataError(f"the model's joints {missing} are not in the recording (recorded joints "
+                                f"{list(joints)}): the model changed since recording started; call sysid/reset "
+                                "and record again")
+            measured = recorded.select(robot.joint_names)
         mode = self._param("effort_mode")
         tau = measured.tau
         if mode == "current":
@@ -628,18 +788,52 @@ class Identifier(Node):
             tau = tau * np.asarray(constants) * np.asarray(ratios)
         elif mode == "gravity_compensated":
             tau = tau + gravity_torque(robot, measured.q)
-        notes = lost_sample_notes(counts["missing"] or 0, len(time_s), self._joint_sub.topic_name)
+        topic = (self._param("recording_topic") if self._param("recording") else "") or self._joint_sub.topic_name
+        notes = lost_sample_notes(counts["missing"] or 0, counts["recorded"], topic)
         return Recording(measured.time, measured.q, measured.dq, tau, measured.joint_names,
                          quality_notes=notes), counts
+
+    def _check_memory(self, robot: Robot, config: IdentificationConfig, samples: int) -> None:
+        """DataError, before any work, when identifying ``samples`` samples with ``config`` would
+        need more memory than the machine has: refused, not killed with the recording unsaved."""
+        rows = math.ceil(samples / config.filter.decimation)
+        needed = memory_needed(robot, config, rows) + FILTER_DOUBLES * 8 * samples * robot.n_joints
+        available = available_memory()
+        if available is not None and needed > available:
+            raise DataError(
+                f"identifying {samples} samples (decimation {config.filter.decimation}: {rows} rows of "
+                f"{robot.n_joints} joints, {len(column_names(robot, config))} parameters) needs about "
+                f"{describe_bytes(needed)} of memory; this machine has {describe_bytes(available)} available: "
+                "raise decimation (0: automatic) or use scope terminal, or save the recording "
+                "(sysid/save_recording) and identify it elsewhere; the recording is kept")
+
+    def _publish_payload(self, result, robot: Robot, frame: str | None) -> dict | None:
+        """Publish the payload (identified terminal body minus the model's) on sysid/payload as
+        geometry_msgs/Inertia; its params.json-style dict, or None when it has no positive mass
+        or is not physically consistent (a model that already holds it): nothing published."""
+        _, added = terminal_inertia(result, robot, frame)
+        if added.com is None or not added.physically_consistent:
+            self.get_logger().warning(
+                f"no payload published: the identified '{result.terminal_body}' minus the model's own has mass "
+                f"{added.mass:.4g} kg{'' if added.com is None else ' and is not physically consistent'} (the "
+                "model already holds what the arm carries?); params.json's payload block has the whole body")
+            return None
+        i = added.inertia
+        self._payload_pub.publish(Inertia(m=float(added.mass), com=Vector3(x=float(added.com[0]), y=float(added.com[1]),
+                                                                             z=float(added.com[2])),
+                                          ixx=float(i[0, 0]), ixy=float(i[0, 1]), ixz=float(i[0, 2]),
+                                          iyy=float(i[1, 1]), iyz=float(i[1, 2]), izz=float(i[2, 2])))
+        return added.as_dict()
 
     def run_identification(self) -> tuple[dict, object]:
         """Identify from the recording with the current parameters; returns the summary and a
         function writing the figures (None without ``plots``), for after the answer.
 
         Removes what an earlier run left in output_dir, writes params.json (with the verdict)
-        and, unless the verdict is failed, updated_model.xml; publishes sysid/result when that
-        was written. Raises SysidError, ValueError or OSError with a readable message when no
-        result came out; the recording is left untouched.
+        and, unless the verdict is failed, the updated model (updated_model.xml, or .urdf for a
+        URDF model); publishes sysid/result and sysid/payload unless the verdict is failed.
+        Raises SysidError, ValueError or OSError with a readable message when no result came
+        out; the recording is left untouched.
         """
         started = time.perf_counter()
         robot = self._robot_for_parameters()
@@ -647,6 +841,7 @@ class Identifier(Node):
         try:
             recording, counts = self._recording(robot)
             config = self._config(robot, recording)
+            self._check_memory(robot, config, recording.n_samples)
             copied = time.perf_counter() - started
             fraction = self._param("validation_fraction")
             identification, validation = recording.split(fraction) if fraction > 0 else (recording, None)
@@ -656,27 +851,34 @@ class Identifier(Node):
             if not (timing and self._receive_stamped):
                 raise
             raise DataError(f"{err} (the stamps are receive times, the messages had none)") from None
+        # a failed verdict: params.json says why, no model file is written, nothing is published,
+        # the answer is success=false and exit_when_done ends with EXIT_FAILED
+        trusted = result.verdict.trusted
 
         output = Path(self._param("output_dir"))
-        document = params_document(result, robot, source="ros", truth=truth)
+        frame = self._param("payload_frame") or None
+        document = params_document(result, robot, source=self._param("recording") or "ros", truth=truth,
+                                   payload_frame=frame)
         output.mkdir(parents=True, exist_ok=True)
         clear_previous_outputs(output)  # a stale model must not pass for this run's
         write_params_json(output / "params.json", document)
-        verdict = result.verdict
-        model_path, model_error = output / "updated_model.xml", None
-        if verdict.level == "failed":
-            model_path, model_error = None, "the verdict is failed: " + "; ".join(verdict.reasons)
+        model_name = "updated_model.urdf" if robot.source_format == "urdf" else "updated_model.xml"
+        model_path, model_error = None, None
+        if not trusted:
+            model_error = "the verdict is failed: " + "; ".join(result.verdict.reasons)
         else:
             try:
-                write_updated_model(robot.path, model_path, robot, result)
-            except (SysidError, OSError) as err:
-                model_path, model_error = None, _one_line(err)
+                model_path = write_updated_robot(output, robot, result)
+            except (SysidError, OSError, ValueError) as err:
+                model_error = _one_line(err)
         if model_error is not None:
-            self.get_logger().error(f"updated_model.xml not written: {model_error}")
-        else:
+            self.get_logger().error(f"{model_name} not written: {model_error}")
+        elif result.verdict.level == "doubtful":
+            self.get_logger().warning("verdict doubtful: " + "; ".join(result.verdict.reasons))
+        payload = None
+        if trusted:
             self._result_pub.publish(String(data=json.dumps(document)))
-        if verdict.level == "doubtful":
-            self.get_logger().warning("verdict doubtful: " + "; ".join(verdict.reasons))
+            payload = self._publish_payload(result, robot, frame)
         self.last_report = format_result(result, document)
         missing = counts["missing"]
         self.get_logger().info(
@@ -690,8 +892,8 @@ class Identifier(Node):
                                       f"{counts['recorded']} that arrived")
 
         summary = {
-            "verdict": verdict.level,
-            "verdict_reasons": list(verdict.reasons),
+            "verdict": result.verdict.level,
+            "verdict_reasons": list(result.verdict.reasons),
             "scope": result.scope,
             "terminal_body": result.terminal_body,
             "mass": document["mass"],
@@ -702,12 +904,15 @@ class Identifier(Node):
             "recorded_samples": counts["recorded"],
             "received_samples": counts["received"],
             "rejected_samples": counts["rejected"],
+            "rejections": counts["rejections"],  # kind: count, first and last (message number: what)
+            "stretches": counts["stretches"],
             "missing_samples": missing,
             "decimation": config.filter.decimation,
             "condition_number": document["condition_number"],
             "effort_mode": self._param("effort_mode"),
             "params_json": str(output / "params.json"),
             "updated_model": None if model_path is None else str(model_path),
+            "payload": payload,
         }
         if truth is not None:
             summary["truth"] = {"model": str(truth.path), "mass": document["truth"]["mass"],
@@ -715,7 +920,7 @@ class Identifier(Node):
                                 "mass_error_percent": document["error"]["mass_percent"],
                                 "com_error_mm": document["error"]["com_error_mm"]}
         if model_error is not None:
-            summary["updated_model_error"] = f"updated_model.xml not written: {model_error}"
+            summary["updated_model_error"] = f"{model_name} not written: {model_error}"
         summary["elapsed_s"] = round(time.perf_counter() - started, 3)
         summary["snapshot_s"] = round(copied, 3)
         if not self._param("plots"):
@@ -727,6 +932,12 @@ class Identifier(Node):
             except (ImportError, OSError, ValueError, SysidError) as err:  # a figure never costs the result
                 self.get_logger().error(f"plots not written: {_one_line(err)}")
         return summary, figures
+
+
+def _missing(recording: Recording, starts) -> int:
+    """Samples lost in the holes of each stretch's stamps (filtering.missing_samples), summed."""
+    ends = (*starts[1:], recording.n_samples)
+    return sum(missing_samples(recording.time[a:b]) for a, b in zip(starts, ends))
 
 
 def _wake(executor) -> None:

@@ -285,14 +285,6 @@ def _case_messages(case, data):
             for field in ("position", "velocity", "effort"):
                 setattr(msg, field, [getattr(msg, field)[k] for k in keep])
         return messages
-    if case == "nan_effort":
-        effort = recording.tau.copy()
-        effort[1234, 5] = np.nan
-        return [source.message(i, effort=effort) for i in range(n)]
-    if case == "out_of_order":
-        order = list(range(n))
-        order[1000], order[1001] = order[1001], order[1000]
-        return [source.message(i) for i in order]
     if case == "rank_too_low":
         single = Messages(_one_joint_moving(nominal))
         return [single.message(i) for i in range(single.recording.n_samples)]
@@ -303,8 +295,6 @@ BAD_CASES = {
     # case: (identifier parameters, expected fragment of the message)
     "too_few": ({}, "too few samples: 500 recorded"),
     "missing_joint": ({}, "lacks the model joints ['joint3']"),
-    "nan_effort": ({}, "NaN"),
-    "out_of_order": ({}, "not strictly increasing"),
     "rank_too_low": ({}, "rank"),
     "empty_model": ({"model": ""}, "parameter 'model' is empty"),
     "current_without_constants": ({"effort_mode": "current"}, "needs torque_constants"),
@@ -403,11 +393,9 @@ def test_zero_stamps_fall_back_to_the_node_clock_in_sim_time(data, executor, nod
         assert spin_until(executor, lambda: identifier.get_clock().now().nanoseconds == round(sim_time * 1e9))
         feed(identifier, [unstamped, unstamped])
     time_s = identifier.buffer.chronological()[0]
+    # a batch shares its receive time: kept (test_identifier_input.py: identify spreads it back)
     np.testing.assert_array_equal(time_s, [50.0, 50.0, 50.5, 50.5])
-
-    response = call(executor, nodes(plain_node, unique("stamp_client")), "/sysid/identify")
-    assert not response.success
-    assert "not strictly increasing" in response.message and "receive times" in response.message, response.message
+    assert identifier.rejected == 0
 
 
 # --------------------------------------------------------------------------- 4. bounded memory
@@ -640,7 +628,9 @@ def test_a_failed_verdict_answers_false_writes_no_model_and_fails_the_exit(data,
 
 @pytest.mark.parametrize("lost, level", [
     (set(range(10, 4000, 10)), "doubtful"),  # every tenth sample: 10 %
-    (set(range(1000, 3100)), "failed"),      # one hole of 2100 samples: most of the run
+    # six holes of 0.8 s, 60 % of the run (a leap of over screening.CLOCK_JUMP_S would be a
+    # pause of the source, a new stretch, nothing lost)
+    ({i for k in range(6) for i in range(300 + 600 * k, 700 + 600 * k)}, "failed"),
 ])
 def test_lost_samples_reach_the_verdict(lost, level, data, executor, nodes, tmp_path):
     _, _, recording = data
