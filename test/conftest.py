@@ -2,6 +2,7 @@
 import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,21 @@ ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "config" / "robots"
 MODELS = Path(__file__).resolve().parent / "models"
 BUNDLED = sorted(ROBOTS.glob("*.xml"))
+
+
+def console_script(name: str) -> Path:
+    """The installed console script ``name``: beside the interpreter in a venv (pip), else on
+    PATH, else in ``<prefix>/lib/sysid_ros`` of a colcon workspace (where ``ros2 run`` finds it)."""
+    candidates = [Path(sys.executable).with_name(name)]
+    found = shutil.which(name)
+    if found:
+        candidates.append(Path(found))
+    prefixes = os.environ.get("AMENT_PREFIX_PATH", "") + os.pathsep + os.environ.get("COLCON_PREFIX_PATH", "")
+    candidates += [Path(p) / "lib" / "sysid_ros" / name for p in prefixes.split(os.pathsep) if p]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"console script {name} not found in {[str(c) for c in candidates]}: install the package")
 
 
 def run_python(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:

@@ -3,14 +3,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
 
-from conftest import MODELS, ROBOTS, ROOT
+from conftest import MODELS, ROBOTS, ROOT, console_script
 from sysid_core.cli import main
 
 NOMINAL = str(ROBOTS / "openarm_class.xml")
@@ -78,7 +77,7 @@ def test_cli_bad_input_exit_code_and_message(args, pattern, capsys, tmp_path):
 
 # --- bad input through the console script (issue 12) ----------------------------------------------
 
-SCRIPT = Path(sys.executable).with_name("sysid-identify")
+SCRIPT = console_script("sysid-identify")
 PLANAR = str(MODELS / "planar_2r.xml")
 
 
