@@ -36,11 +36,17 @@ def console_script(name: str) -> Path:
     raise FileNotFoundError(f"console script {name} not found in {[str(c) for c in candidates]}: install the package")
 
 
+def source_environment() -> dict:
+    """The environment of a child process that imports the tree under test first, with the rest
+    of PYTHONPATH kept (in a colcon workspace it holds the installed package's metadata)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+
+
 def run_python(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """``python *args`` in a process of its own, from the repository root with the package
     importable; stdout and stderr captured as text."""
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=source_environment())
 
 
 @pytest.fixture(scope="session")

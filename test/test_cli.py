@@ -1,6 +1,5 @@
 """sysid-identify end to end: files written, errors reported without tracebacks."""
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -9,7 +8,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from conftest import MODELS, ROBOTS, ROOT, console_script
+from conftest import MODELS, ROBOTS, ROOT, console_script, source_environment
 from sysid_core.cli import main
 
 NOMINAL = str(ROBOTS / "openarm_class.xml")
@@ -84,7 +83,7 @@ PLANAR = str(MODELS / "planar_2r.xml")
 def start_cli(*args):
     """``sysid-identify *args`` in a process of its own (the installed console script)."""
     return subprocess.Popen([str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            text=True, cwd=ROOT, env=source_environment())
 
 
 def run_cli(*runs, timeout=120):
