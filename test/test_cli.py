@@ -83,7 +83,10 @@ PLANAR = str(MODELS / "planar_2r.xml")
 def start_cli(*args):
     """``sysid-identify *args`` in a process of its own (the installed console script)."""
     return subprocess.Popen([str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=source_environment())
+                            text=True, cwd=ROOT, env=source_environment(),
+                            # Ctrl-C as a terminal delivers it, even under a runner that ignores
+                            # SIGINT (colcon test does; a child inherits the ignoring)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def run_cli(*runs, timeout=120):
