@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import signal
 
 from ..errors import DataError
 from .recording import Recording
@@ -65,6 +64,9 @@ class FilterConfig:
 
 
 def _butterworth(sample_rate: float, cutoff_hz: float, order: int) -> np.ndarray:
+    # on first use: importing scipy.signal costs about a second of CPU (SciPy 1.17), and data
+    # with exact accelerations (mj_inverse along a plan, a recording with ddq) are never filtered
+    from scipy import signal
     if not np.isfinite(sample_rate) or sample_rate <= 0:
         raise ValueError(f"sample_rate must be > 0 Hz, got {sample_rate}")
     nyquist = sample_rate / 2
@@ -84,6 +86,7 @@ def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarr
     filtered torque and filtered states stay aligned in time. ValueError if cutoff_hz is not
     below Nyquist; DataError if N is too short for the filter's edge padding.
     """
+    from scipy import signal  # on first use (see _butterworth)
     sos = _butterworth(sample_rate, cutoff_hz, order)
     x = np.asarray(x, dtype=float)
     # Padding length SciPy would pick by default, fixed here so the requirement can be stated.
@@ -189,6 +192,7 @@ def _zero_phase(x: np.ndarray, sos: np.ndarray, pad_before: int, pad_after: int)
     The signal is laid out samples-last once (sosfilt copies its input into that layout, and a
     transposing copy of a (N, n) signal costs more than the filter itself); both passes run on
     contiguous rows, and the result is handed back as a transposed view."""
+    from scipy import signal  # on first use (see _butterworth)
     num = x.shape[0]
     ext = np.empty(x.shape[1:] + (pad_before + num + pad_after,))
     inner = ext[..., pad_before:pad_before + num]
