@@ -7,8 +7,9 @@
 
 ``model`` is the arm as you believe it is (used for feed-forward and identification),
 ``truth_model`` the arm that is simulated (e.g. with the real payload); the identifier
-compares its result with it. With ``realtime:=false`` the simulator runs as fast as it can
-and publishes the clock, which the trajectory_publisher follows. With ``auto_identify:=true``
+compares its result with it. With ``realtime:=false`` the simulator runs as fast as it can,
+with ``realtime:=true`` at most at the wall clock's pace; in both it publishes the clock, which
+the trajectory_publisher follows. With ``auto_identify:=true``
 the identifier runs as soon as the excitation is done (the simulator then pauses) and logs
 the result table; ``exit_when_done:=true`` then ends the launch: exit status 0 when
 updated_model.xml was written, 1 (with the identifier's reason in the log) when not.
@@ -54,9 +55,9 @@ def generate_launch_description():
                     PathJoinSubstitution([share, default]) if name in SHARED else default))
                 for name, (default, text) in ARGUMENTS.items()]
     is_true = (lambda value: PythonExpression(["'", value, "'.lower() in ('true', '1')"]))
-    # the trajectory_publisher follows the simulated clock when the simulator does not run in
-    # real time; the identifier needs no clock (the samples carry their stamps)
-    use_sim_time = PythonExpression(["not ", is_true(arg["realtime"])])
+    # the trajectory_publisher follows the simulated clock in both modes, so the simulator stays
+    # in step with its commands however loaded the machine; the identifier needs no clock (the
+    # samples carry their stamps)
     common = dict(package="sysid_ros", namespace=arg["namespace"], output="screen",
                   remappings=[("/clock", "clock")])
 
@@ -74,7 +75,7 @@ def generate_launch_description():
             # period per call, in step with the commands
             "steps_per_callback": PythonExpression(["5 if ", is_true(arg["realtime"]), " else 1"])}]),
         Node(executable="trajectory_publisher", name="trajectory_publisher", **common, parameters=[arg["config"], {
-            "model": arg["model"], "use_sim_time": use_sim_time}]),
+            "model": arg["model"], "use_sim_time": True}]),
         identifier,
         RegisterEventHandler(OnProcessExit(target_action=identifier, on_exit=_identification_ended),
                              condition=IfCondition(arg["exit_when_done"])),

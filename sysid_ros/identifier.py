@@ -75,7 +75,7 @@ from sysid_core.identification.recording import QualityNote, Recording
 from sysid_core.identification.recording_files import read_recordings, write_rosbag
 from sysid_core.identification import screening
 from sysid_core.results.export import params_document, write_params_json
-from sysid_core.results.payload import terminal_inertia
+from sysid_core.results.payload import terminal_inertia, with_consistent_inertia
 from sysid_core.results.urdf_export import write_updated_robot
 from sysid_core.results.plots import write_plots
 from sysid_core.results.report import format_result
@@ -811,21 +811,29 @@ class Identifier(Node):
 
     def _publish_payload(self, result, robot: Robot, frame: str | None) -> dict | None:
         """Publish the payload (identified terminal body minus the model's) on sysid/payload as
-        geometry_msgs/Inertia; its params.json-style dict, or None when it has no positive mass
-        or is not physically consistent (a model that already holds it): nothing published."""
+        geometry_msgs/Inertia; its params.json-style dict, or None when its mass is not positive
+        (a model that already holds it): nothing published. An inertia that is not physically
+        consistent (poorly determined by the excitation) is published as the nearest consistent
+        one with the same mass and centre of mass, and said so (``inertia_adjusted``)."""
         _, added = terminal_inertia(result, robot, frame)
-        if added.com is None or not added.physically_consistent:
+        if added.com is None:
             self.get_logger().warning(
                 f"no payload published: the identified '{result.terminal_body}' minus the model's own has mass "
-                f"{added.mass:.4g} kg{'' if added.com is None else ' and is not physically consistent'} (the "
-                "model already holds what the arm carries?); params.json's payload block has the whole body")
+                f"{added.mass:.4g} kg (the model already holds what the arm carries?); params.json's payload "
+                "block has the whole body")
             return None
-        i = added.inertia
-        self._payload_pub.publish(Inertia(m=float(added.mass), com=Vector3(x=float(added.com[0]), y=float(added.com[1]),
-                                                                             z=float(added.com[2])),
-                                          ixx=float(i[0, 0]), ixy=float(i[0, 1]), ixz=float(i[0, 2]),
-                                          iyy=float(i[1, 1]), iyz=float(i[1, 2]), izz=float(i[2, 2])))
-        return added.as_dict()
+        published = with_consistent_inertia(added)
+        if published is not added:
+            self.get_logger().warning(
+                f"the payload's identified inertia is not physically consistent (poorly determined: see the "
+                "standard deviations); sysid/payload carries the nearest consistent inertia about its centre of "
+                "mass, with the mass and centre of mass as identified")
+        i = published.inertia
+        self._payload_pub.publish(Inertia(m=float(published.mass), com=Vector3(
+            x=float(published.com[0]), y=float(published.com[1]), z=float(published.com[2])),
+            ixx=float(i[0, 0]), ixy=float(i[0, 1]), ixz=float(i[0, 2]),
+            iyy=float(i[1, 1]), iyz=float(i[1, 2]), izz=float(i[2, 2])))
+        return {**published.as_dict(), "inertia_adjusted": published is not added}
 
     def run_identification(self) -> tuple[dict, object]:
         """Identify from the recording with the current parameters; returns the summary and a

@@ -18,12 +18,15 @@ its own actuators and contacts off, no gravcomp, the MuJoCo timestep chosen for 
 
 realtime: true steps on a wall timer at ``rate_hz`` / ``steps_per_callback`` (catching up a
 few late periods), so each call publishes about ``steps_per_callback`` samples at once.
-realtime: false steps as fast as the executor allows and publishes ``/clock`` (it is
-published in both modes), so nodes with ``use_sim_time`` follow the simulation. Once joint
-commands flow it never runs more than ``command_lead_s`` (sim time) ahead of the newest one:
-a commander in another process, following the clock, then keeps up instead of being left
-behind until its commands time out; after a second (wall time) without a new command it
-simulates on regardless (damping only, as on a timeout). The fast loop
+realtime: false steps as fast as the executor allows. ``/clock`` is published in both modes,
+so nodes with ``use_sim_time`` follow the simulation. In both modes, once joint commands
+stamped on that clock flow, it never runs more than ``command_lead_s`` (sim time) ahead of
+the newest one: a commander in another process, following the clock, then keeps up instead
+of being left behind (its commands applied late, or timing out) when the machine is loaded;
+in real time the wall time spent waiting is not simulated afterwards, so the simulation runs
+at most at the wall clock's pace. After a second (wall time) without a new command it
+simulates on regardless (damping only, as on a timeout). A commander stamping wall time is
+never waited for. The fast loop
 is a zero-period timer that runs ``steps_per_callback`` periods per call; between calls the
 executor serves every other ready entity, so services, parameters and the other nodes of the
 process stay responsive. rclpy's executor takes one message per subscription per wait
@@ -270,12 +273,14 @@ class MujocoSim(Node):
         elif self._waiting_since is not None and time.monotonic() - self._waiting_since > COMMAND_WAIT_S:
             self._free_running = True
             self._waiting_since = None
-            self._timer.reset()
+            if not self._realtime:
+                self._timer.reset()
             self.get_logger().warning(f'no new joint command for {COMMAND_WAIT_S:g} s (wall time): simulating '
                                       'on without waiting for one')
 
     def _ahead_of_commands(self) -> bool:
-        """realtime false: whether the next period would run more than command_lead_s past the newest command."""
+        """Whether the next period would run more than command_lead_s past the newest command (its
+        stamp on the simulated clock; a commander stamping wall time is never overtaken)."""
         return (self._lead_ns > 0 and self._last_command_ns is not None and not self._free_running
                 and (self._periods + 1) * self._period_ns - self._last_command_ns > self._lead_ns)
 
@@ -316,7 +321,8 @@ class MujocoSim(Node):
         self._free_running = False
         if self._waiting_since is not None:
             self._waiting_since = None
-            self._timer.reset()
+            if not self._realtime:  # the fast loop waits cancelled; the wall timer keeps ticking
+                self._timer.reset()
         self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
         self._commanded_at[joints] = self._periods * self._period_ns
         if self._timed_out:
@@ -340,6 +346,14 @@ class MujocoSim(Node):
             self._wall_start += (due - 1) * self._period_ns * 1e-9
             due = 1
         for _ in range(due):
+            if self._ahead_of_commands():
+                # in step with a commander on the simulated clock, as when not in real time: the
+                # wall time spent waiting for it is not simulated afterwards (no burst on commands
+                # already overtaken)
+                if self._waiting_since is None:
+                    self._waiting_since = time.monotonic()
+                self._wall_start = time.monotonic() - self._periods * self._period_ns * 1e-9
+                return
             if not self._advance():
                 return
 

@@ -191,7 +191,9 @@ def simulate_and_identify(args) -> Outcome:
         load_robot(path)
     damiao = getattr(args, "damiao", False)
     sections = _sections(args.config, args.model, "_damiao" if damiao else "")
-    sim_time = not (args.realtime or damiao)
+    # the trajectory_publisher follows mujoco_sim's clock, in real time too: the simulation then
+    # waits for commands it would otherwise overtake (the virtual Damiao arm keeps wall time)
+    sim_time = not damiao
     deadline = time.monotonic() + (args.timeout or 10.0 * args.duration + 60.0)
 
     nodes = [
@@ -232,7 +234,7 @@ def simulate_and_identify(args) -> Outcome:
     for node in [source.node] + nodes + [client]:
         executor.add_node(node)
     try:
-        print(f"Simulating {truth_path} {'in real time' if not sim_time else 'as fast as possible'}"
+        print(f"Simulating {truth_path} {'in real time' if args.realtime or damiao else 'as fast as possible'}"
               f"{' behind emulated Damiao motors on a virtual CAN bus' if damiao else ''}; "
               f"identifying with {args.model}", flush=True)
         started = time.monotonic()

@@ -2,6 +2,7 @@
 import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +21,32 @@ MODELS = Path(__file__).resolve().parent / "models"
 BUNDLED = sorted(ROBOTS.glob("*.xml"))
 
 
+def console_script(name: str) -> Path:
+    """The installed console script ``name``: beside the interpreter in a venv (pip), else on
+    PATH, else in ``<prefix>/lib/sysid_ros`` of a colcon workspace (where ``ros2 run`` finds it)."""
+    candidates = [Path(sys.executable).with_name(name)]
+    found = shutil.which(name)
+    if found:
+        candidates.append(Path(found))
+    prefixes = os.environ.get("AMENT_PREFIX_PATH", "") + os.pathsep + os.environ.get("COLCON_PREFIX_PATH", "")
+    candidates += [Path(p) / "lib" / "sysid_ros" / name for p in prefixes.split(os.pathsep) if p]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"console script {name} not found in {[str(c) for c in candidates]}: install the package")
+
+
+def source_environment() -> dict:
+    """The environment of a child process that imports the tree under test first, with the rest
+    of PYTHONPATH kept (in a colcon workspace it holds the installed package's metadata)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+
+
 def run_python(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """``python *args`` in a process of its own, from the repository root with the package
     importable; stdout and stderr captured as text."""
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=source_environment())
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,14 @@
 """sysid-identify end to end: files written, errors reported without tracebacks."""
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
 
-from conftest import MODELS, ROBOTS, ROOT
+from conftest import MODELS, ROBOTS, ROOT, console_script, source_environment
 from sysid_core.cli import main
 
 NOMINAL = str(ROBOTS / "openarm_class.xml")
@@ -78,14 +76,14 @@ def test_cli_bad_input_exit_code_and_message(args, pattern, capsys, tmp_path):
 
 # --- bad input through the console script (issue 12) ----------------------------------------------
 
-SCRIPT = Path(sys.executable).with_name("sysid-identify")
+SCRIPT = console_script("sysid-identify")
 PLANAR = str(MODELS / "planar_2r.xml")
 
 
 def start_cli(*args):
     """``sysid-identify *args`` in a process of its own (the installed console script)."""
     return subprocess.Popen([str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            text=True, cwd=ROOT, env=source_environment())
 
 
 def run_cli(*runs, timeout=120):

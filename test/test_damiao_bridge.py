@@ -375,8 +375,11 @@ def test_saved_command_log_is_what_went_on_the_bus(rig, tmp_path):
               EmulatedMotor("joint2", "DM4310", 2, 0x12)]
     r = rig(motors=motors, directions=[-1, 1], position_offsets=[0.2, 0.0], command_log_dir=str(tmp_path))
     assert r.spin(until=lambda: len(r.states) > 5)
-    start = time.monotonic()
-    while (t := time.monotonic() - start) < 0.3:     # a slow sweep with velocity and feed-forward
+    start, before = time.monotonic(), len(r.frames_to(motors[0].can_id))
+    # a slow sweep with velocity and feed-forward, over 60 rounds of the bridge at least (their
+    # wall time depends on the machine's load)
+    while len(r.frames_to(motors[0].can_id)) - before < 60 and time.monotonic() - start < 20.0:
+        t = time.monotonic() - start
         r.command(["joint1", "joint2"], [0.2 + 0.1 * np.sin(5 * t), -0.1 * np.sin(5 * t)],
                   [0.5 * np.cos(5 * t), -0.5 * np.cos(5 * t)], [0.3 * np.sin(9 * t), -0.2])
         r.spin(0.004)

@@ -4,7 +4,9 @@ No launch needed: each node is started like ``ros2 run`` starts it, with ``--ros
 a namespace (so every name must be relative, the clock remapped). The simulator publishes its
 1 kHz states in bursts of 20 every 20 ms, the arrival pattern a loaded machine gives a
 subscriber (it wakes to many queued messages at once): rclpy's multi-threaded executor, which
-the identifier once spun on, kept a small share of such a stream. Every published state must be
+the identifier once spun on, kept a small share of such a stream. The trajectory_publisher
+follows the simulated clock, as in the launch file, and the simulator may run a burst ahead of
+its newest command: a loaded machine slows the run down but never cuts the excitation short. Every published state must be
 recorded, the model written, and the graph must end by itself (exit_when_done) and cleanly.
 """
 import json
@@ -65,9 +67,11 @@ def test_three_processes_record_every_published_state_and_end_by_themselves(tmp_
         "identifier": Process("identifier", *_parameters(
             model=nominal, truth_model=truth, output_dir=tmp_path, identify_on_done="true", exit_when_done="true",
             simulated_physics="true", plots="false")),
-        "trajectory_publisher": Process("trajectory_publisher", *_parameters(model=nominal, duration=8.0)),
+        "trajectory_publisher": Process("trajectory_publisher", *_parameters(model=nominal, duration=8.0,
+                                                                                use_sim_time="true")),
         "mujoco_sim": Process("mujoco_sim", *_parameters(
-            model=truth, realtime="true", steps_per_callback=BURST, wait_for_subscribers=2)),
+            model=truth, realtime="true", steps_per_callback=BURST, wait_for_subscribers=2,
+            command_lead_s=(BURST + 5) * 1e-3)),
     }
     try:
         identifier = processes["identifier"].popen
