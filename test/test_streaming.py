@@ -180,3 +180,27 @@ def test_nonlinear_friction_and_frictionloss_passes_do_not_depend_on_the_blocks(
         np.testing.assert_allclose(streamed.estimate.values, whole.estimate.values, rtol=1e-9)
         for a, b in zip(streamed.friction, whole.friction):
             np.testing.assert_allclose(a.nonlinear, b.nonlinear, rtol=1e-9)
+
+
+def test_decimated_recordings_are_filtered_in_bounded_windows(monkeypatch):
+    """A decimated row stands for ``decimation`` recorded samples, all of them filtered: a
+    window of the stream spans about FILTER_BLOCK recorded samples (at least one regressor
+    block of rows), not FILTER_BLOCK decimated rows (a 10-minute buffer decimated by 19 was
+    filtered whole)."""
+    robot = load_robot(ROBOTS / "panda_class.xml")
+    monkeypatch.setattr(identify_module, "BLOCK", 256)
+    monkeypatch.setattr(filtering, "FILTER_BLOCK", 4096)
+    num, decimation = 60000, 8
+    time = np.arange(num) / 1000.0
+    wave = np.sin(np.outer(time, np.linspace(0.5, 2.0, robot.n_joints)))
+    recording = Recording(time, wave, np.cos(wave), 2.0 * wave, robot.joint_names)
+    config = IdentificationConfig(filter=filtering.FilterConfig(decimation=decimation))
+    spans = []
+    filtered_rows = filtering._filtered_rows
+    monkeypatch.setattr(filtering, "_filtered_rows",
+                        lambda stretch, cfg, rows, margin: spans.append(rows[-1] + 1 - rows[0]) or
+                        filtered_rows(stretch, cfg, rows, margin))
+    stream = identify_module._Stream(robot, config, recording)
+    rows = sum(s.n_samples for _, _, s in stream.samples())
+    assert rows == filtering.prepared_count(recording, config.filter)
+    assert len(spans) > 1 and max(spans) <= 4096

@@ -67,11 +67,13 @@ def diagonal_columns(features: dict, terms) -> np.ndarray:
         shape = next(iter(features.values())).shape if features else (0, 0)
         return np.zeros(shape + (0,))
     num, n = features[terms[0]].shape
-    out = np.zeros((num, n, len(terms) * n))
+    # joint-major, samples last (a view, like the inertial regressor): each joint's columns are
+    # contiguous rows for the per-joint factorisations of estimation.ReducedForm
+    out = np.zeros((n, len(terms) * n, num))
     diag = np.arange(n)
     for t, term in enumerate(terms):
-        out[:, diag, t * n + diag] = features[term]
-    return out
+        out[diag, t * n + diag] = np.asarray(features[term]).T
+    return out.transpose(2, 0, 1)
 
 
 def joint_regressor(dq: np.ndarray, ddq: np.ndarray, model: JointModel, q=None, springref=0.0) -> np.ndarray:

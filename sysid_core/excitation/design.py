@@ -50,7 +50,6 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 import scipy.linalg
-import scipy.optimize
 
 from ..dynamics.model import Robot
 from ..identification.identify import (IdentificationConfig, base_regressor, column_names, model_parameter_vector,
@@ -625,6 +624,7 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     Returns an ExcitationDesign. Raises ValueError for bad arguments, including a start pose
     whose gravity torque already exceeds the torque limits.
     """
+    import scipy.optimize  # here: SciPy's optimize costs a quarter second to import, and only this needs it
     started = _time.perf_counter()
     config = IdentificationConfig() if config is None else config
     if criterion not in CRITERIA:

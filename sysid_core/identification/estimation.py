@@ -102,19 +102,23 @@ class ReducedForm:
                              f"{len(self.triangles)} joints and {self.n_params} parameters")
         supports, triangles = [], []
         for j, (support, triangle) in enumerate(zip(self.supports, self.triangles)):
-            rows = regressor[:, j, :]
-            grown = np.union1d(support, np.flatnonzero(np.any(rows != 0.0, axis=0)))
-            width = grown.size + 1
+            # joint j's columns as rows (r, B): contiguous when W is a view of joint-major,
+            # samples-last memory (as identify's stream yields it), so every copy below is a
+            # run of contiguous rows rather than a transposition
+            rows = regressor[:, j, :].T
+            grown = np.union1d(support, np.flatnonzero(np.any(rows != 0.0, axis=1)))
             # old triangle (its columns placed in the grown support) on top of the new rows,
-            # in Fortran order for LAPACK to factorise in place
-            stack = np.empty((triangle.shape[0] + num, width), order="F")
-            stack[:triangle.shape[0]] = 0.0
-            stack[:triangle.shape[0], np.searchsorted(grown, support)] = triangle[:, :-1]
-            stack[:triangle.shape[0], -1] = triangle[:, -1]
-            stack[triangle.shape[0]:, :-1] = rows[:, grown]
-            stack[triangle.shape[0]:, -1] = torque[:, j]
+            # in Fortran order for LAPACK to factorise in place; filled through its transpose
+            done = triangle.shape[0]
+            stack = np.empty((done + num, grown.size + 1), order="F")
+            columns = stack.T
+            columns[:, :done] = 0.0
+            columns[np.searchsorted(grown, support), :done] = triangle[:, :-1].T
+            columns[-1, :done] = triangle[:, -1]
+            np.take(rows, grown, axis=0, out=columns[:-1, done:], mode="clip")  # clip: unbuffered
+            columns[-1, done:] = torque[:, j]
             if root is not None:
-                stack[triangle.shape[0]:] *= root[:, j, None]
+                columns[:, done:] *= root[:, j]
             triangles.append(_r_factor(stack))
             supports.append(grown)
         return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + num, self.n_params)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import signal
 
 from ..errors import DataError
 from .recording import Recording
@@ -65,6 +64,9 @@ class FilterConfig:
 
 
 def _butterworth(sample_rate: float, cutoff_hz: float, order: int) -> np.ndarray:
+    # on first use: importing scipy.signal costs about a second of CPU (SciPy 1.17), and data
+    # with exact accelerations (mj_inverse along a plan, a recording with ddq) are never filtered
+    from scipy import signal
     if not np.isfinite(sample_rate) or sample_rate <= 0:
         raise ValueError(f"sample_rate must be > 0 Hz, got {sample_rate}")
     nyquist = sample_rate / 2
@@ -84,6 +86,7 @@ def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarr
     filtered torque and filtered states stay aligned in time. ValueError if cutoff_hz is not
     below Nyquist; DataError if N is too short for the filter's edge padding.
     """
+    from scipy import signal  # on first use (see _butterworth)
     sos = _butterworth(sample_rate, cutoff_hz, order)
     x = np.asarray(x, dtype=float)
     # Padding length SciPy would pick by default, fixed here so the requirement can be stated.
@@ -184,17 +187,24 @@ def _zero_phase(x: np.ndarray, sos: np.ndarray, pad_before: int, pad_after: int)
     """Forward-backward ``sos`` filtering of x (N, ...) along axis 0, SciPy's ``sosfiltfilt`` with
     odd-extension padding of ``pad_before`` and ``pad_after`` samples (0 at an edge inside a
     longer signal, where the filter starts from its steady state and the window's margin
-    absorbs the transient)."""
-    parts = [x]
+    absorbs the transient). Returns (N, ...), a view of a samples-last array.
+
+    The signal is laid out samples-last once (sosfilt copies its input into that layout, and a
+    transposing copy of a (N, n) signal costs more than the filter itself); both passes run on
+    contiguous rows, and the result is handed back as a transposed view."""
+    from scipy import signal  # on first use (see _butterworth)
+    num = x.shape[0]
+    ext = np.empty(x.shape[1:] + (pad_before + num + pad_after,))
+    inner = ext[..., pad_before:pad_before + num]
+    np.copyto(inner, np.moveaxis(x, 0, -1))
     if pad_before:
-        parts.insert(0, 2.0 * x[0] - x[pad_before:0:-1])
+        np.subtract(2.0 * inner[..., :1], inner[..., pad_before:0:-1], out=ext[..., :pad_before])
     if pad_after:
-        parts.append(2.0 * x[-1] - x[-2:-pad_after - 2:-1])
-    ext = np.concatenate(parts) if len(parts) > 1 else x
-    zi = signal.sosfilt_zi(sos).reshape((sos.shape[0], 2) + (1,) * (x.ndim - 1))
-    y, _ = signal.sosfilt(sos, ext, axis=0, zi=zi * ext[0])
-    y, _ = signal.sosfilt(sos, y[::-1], axis=0, zi=zi * y[-1])
-    return y[::-1][pad_before:y.shape[0] - pad_after]
+        np.subtract(2.0 * inner[..., -1:], inner[..., -2:-pad_after - 2:-1], out=ext[..., pad_before + num:])
+    zi = signal.sosfilt_zi(sos).reshape((sos.shape[0],) + (1,) * (x.ndim - 1) + (2,))
+    y, _ = signal.sosfilt(sos, ext, axis=-1, zi=zi * ext[..., :1])
+    y, _ = signal.sosfilt(sos, y[..., ::-1], axis=-1, zi=zi * y[..., -1:])
+    return np.moveaxis(y[..., ::-1][..., pad_before:pad_before + num], -1, 0)
 
 
 def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:
@@ -236,7 +246,7 @@ def _stretches(recording: Recording, config: FilterConfig) -> list:
     for a, b in zip(edges[:-1], edges[1:]):
         if b - a < 2:
             continue
-        raw = recording.rows(slice(a, b))
+        raw = recording if b - a == time.size else recording.rows(slice(a, b))
         # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
         # stretch's own median may be a little shorter, so its gap check must not apply again
         own, reason = _spacing_error(raw.time)

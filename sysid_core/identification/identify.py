@@ -285,7 +285,7 @@ def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonli
     blocks = [friction.diagonal_columns(features, joint_model.terms)]
     if models is not None:
         blocks.append(friction.friction_regressor(dq, models, nonlinear, joint_model.smoothing))
-    return np.concatenate(blocks, axis=2), known
+    return (blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=2)), known
 
 
 def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream", base: BaseParameters):
@@ -354,7 +354,9 @@ class _Stream:
 
     def __init__(self, robot: Robot, config: IdentificationConfig, recording: Recording):
         self.robot, self.config, self.recording = robot, config, recording
-        self.filter_block = max(BLOCK, filtering.FILTER_BLOCK // BLOCK * BLOCK)
+        # rows per filtered block: about FILTER_BLOCK recorded samples (a decimated row stands for
+        # ``decimation`` of them, all of which are filtered), in whole regressor blocks
+        self.filter_block = max(BLOCK, filtering.FILTER_BLOCK // (BLOCK * config.filter.decimation) * BLOCK)
         self.sizes = prepared_sizes(recording, config.filter, self.filter_block)
         self.count = sum(self.sizes)
         width = 10 * (1 if config.scope == "terminal" else robot.n_bodies) + 8
@@ -398,8 +400,12 @@ class _Stream:
         for _, samples, inertial, known in self.inertial(select):
             joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
                                                 nonlinear, constraint)
-            yield samples, np.concatenate([inertial[..., ours], joint[..., theirs]], axis=2), \
-                samples.tau - known - joint_known
+            # joint-major, samples last (the regressor's own layout): each joint's columns are
+            # contiguous rows, which ReducedForm.add copies as they are; yielded as a (B, n, r) view
+            columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
+            np.take(inertial.transpose(1, 2, 0), ours, axis=1, out=columns[:, :ours.size], mode="clip")
+            np.take(joint.transpose(1, 2, 0), theirs, axis=1, out=columns[:, ours.size:], mode="clip")
+            yield samples, columns.transpose(2, 0, 1), samples.tau - known - joint_known
 
     @property
     def _inertial_width(self) -> int:
@@ -466,10 +472,13 @@ def velocity_noise(dq) -> np.ndarray:
     dq = np.asarray(dq)
     levels = []
     for start in range(0, max(dq.shape[0] - 2, 1), NOISE_BLOCK):
-        second = np.diff(np.asarray(dq[start:start + NOISE_BLOCK + 2], dtype=float), n=2, axis=0)
-        if second.shape[0] == 0:
+        # joints first: the medians partition contiguous rows, not a strided column each
+        part = np.ascontiguousarray(np.asarray(dq[start:start + NOISE_BLOCK + 2], dtype=float).T)
+        second = part[:, 2:] - 2.0 * part[:, 1:-1] + part[:, :-2]
+        if second.shape[1] == 0:
             return np.zeros(np.shape(dq)[1])
-        levels.append(1.4826 * np.median(np.abs(second - np.median(second, axis=0)), axis=0) / np.sqrt(6.0))
+        second -= np.median(second, axis=1, keepdims=True)
+        levels.append(1.4826 * np.median(np.abs(second, out=second), axis=1) / np.sqrt(6.0))
     return np.median(levels, axis=0)
 
 
@@ -585,7 +594,7 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     # neighbouring samples of filtered data (and of smooth model errors) are not independent:
     # widen the covariance by the residual's correlation time so that standard deviations mean
     # what they say (measured on CORRELATION_SAMPLES at most)
-    residuals = [target - columns @ est.values
+    residuals = [target - _contract(columns, est.values)
                  for _, columns, target in stream.columns(base, nonlinear, constraint, stream.correlation_blocks())]
     est = replace(est, covariance=est.covariance * estimation.correlation_time(np.concatenate(residuals)))
 
