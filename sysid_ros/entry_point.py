@@ -9,12 +9,19 @@ import threading
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def spin_node(node_class, args=None, threads: int = 1) -> None:
+def spin_node(node_class, args=None, threads: int = 1, publishes_on_shutdown: bool = False) -> None:
     """Run one node until shutdown; ``threads`` > 1 lets its callback groups run in parallel.
+
+    rclpy's own signal handlers shut the context down on SIGINT/SIGTERM, before the node is
+    destroyed: a node that must still publish in ``destroy_node`` (a last command that leaves
+    the arm safe) sets ``publishes_on_shutdown``. Python's handlers then take the signals (both
+    raise KeyboardInterrupt in the main thread, which the executor sees when a wait returns: such
+    a node needs a timer) and the context is shut down only after ``destroy_node``.
 
     A node whose constructor rejects its configuration (ValueError) ends the process with
     status 1 and the reason on one line, not a traceback; a Ctrl-C or SIGTERM during start-up
@@ -22,7 +29,12 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
     SIGINT/SIGTERM are ignored: pressing Ctrl-C twice must not cut a clean-up (the Damiao
     bridge disabling its motors) short.
     """
-    rclpy.init(args=args)
+    if publishes_on_shutdown:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    else:
+        rclpy.init(args=args)
     try:
         node = node_class()
     except (Exception, KeyboardInterrupt) as err:
