@@ -26,10 +26,10 @@ def generate_launch_description():
         DeclareLaunchArgument("output", default_value="forward_position", description=(
             "forward_position (Float64MultiArray of positions on <controller>/commands), forward_effort "
             "(of torques: feed-forward and a PD on joint_states; set effort_kp/effort_kd in the config), "
-            "joint_trajectory (one JointTrajectory on joint_trajectory_controller/joint_trajectory)")),
+            "joint_trajectory (one JointTrajectory on <controller>/joint_trajectory)")),
         DeclareLaunchArgument("controller", default_value="", description=(
-            "name of the forward_command_controller; empty: forward_position_controller or "
-            "forward_effort_controller as output says")),
+            "name of the controller; empty: forward_position_controller, forward_effort_controller or "
+            "joint_trajectory_controller as output says")),
         DeclareLaunchArgument("config", default_value=PathJoinSubstitution(
             [share, "config", "ros2_control_arm.yaml"]), description=(
             "trajectory_publisher's parameter file (excitation, controller_joints, effort gains)")),

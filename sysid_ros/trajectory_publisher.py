@@ -7,8 +7,8 @@ adds the nominal model's inverse-dynamics feed-forward, and sends it as paramete
 - ``joint_command`` (default): streams ``sysid/joint_command`` (JointState: position, velocity,
   effort = feed-forward torque) at ``rate_hz``, for the Damiao bridge and the simulator.
 - ``joint_trajectory``: publishes the profile once as a JointTrajectory for a ros2_control
-  joint_trajectory_controller (topic ``joint_trajectory_controller/joint_trajectory``, remap it
-  to the controller's) and only reports progress by time.
+  joint_trajectory_controller on ``<controller>/joint_trajectory`` (``controller`` defaults to
+  ``joint_trajectory_controller``) and only reports progress by time.
 - ``forward_position``: streams the positions (std_msgs/Float64MultiArray) to a ros2_control
   forward_command_controller on ``<controller>/commands`` (``controller`` defaults to
   ``forward_position_controller``), in the order of ``controller_joints`` (default: the model's).
@@ -69,8 +69,9 @@ from sysid_ros.robot_description import RobotDescription
 
 EXCITATIONS = ('multisine', 'optimized', 'file')
 OUTPUTS = ('joint_command', 'joint_trajectory', 'forward_position', 'forward_effort')
-# the controller names of the ros2_control demos' forward_command_controllers
-DEFAULT_CONTROLLERS = {'forward_position': 'forward_position_controller',
+# ros2_control outputs: the controller names of the ros2_control demos
+DEFAULT_CONTROLLERS = {'joint_trajectory': 'joint_trajectory_controller',
+                       'forward_position': 'forward_position_controller',
                        'forward_effort': 'forward_effort_controller'}
 # a replayed file may exceed max_velocity or the joint range by rounding only
 FILE_TOLERANCE = 1e-9
@@ -127,14 +128,13 @@ class TrajectoryPublisher(Node):
         self._description = None      # RobotDescription when the model comes from the topic
 
         self._command_pub = self._trajectory_pub = self._forward_pub = None
+        # relative, as the controllers subscribe: follows the namespace
+        controller = self.get_parameter('controller').value or DEFAULT_CONTROLLERS.get(self._output)
         if self._output == 'joint_command':
             self._command_pub = self.create_publisher(JointState, 'sysid/joint_command', 10)
         elif self._output == 'joint_trajectory':
-            self._trajectory_pub = self.create_publisher(
-                JointTrajectory, 'joint_trajectory_controller/joint_trajectory', 1)
+            self._trajectory_pub = self.create_publisher(JointTrajectory, f'{controller}/joint_trajectory', 1)
         elif self._output in DEFAULT_CONTROLLERS:
-            # relative, as forward_command_controller subscribes: follows the namespace
-            controller = self.get_parameter('controller').value or DEFAULT_CONTROLLERS[self._output]
             self._forward_pub = self.create_publisher(Float64MultiArray, f'{controller}/commands', 10)
         self._progress_pub = self.create_publisher(Float32, 'sysid/progress', 10)
         self._done_pub = self.create_publisher(
