@@ -271,6 +271,10 @@ class TrajectoryPublisher(Node):
             self._q_measured = np.asarray(msg.position, dtype=float)[index]
             self._dq_measured = (np.asarray(msg.velocity, dtype=float)[index] if len(msg.velocity) == len(names)
                                  else None)
+            if self._mode == 'holding' and self._output == 'forward_effort' and self._stale():
+                # back after a silence the arm floated through: hold it where it is now, not pull
+                # it back to where it was
+                self._hold = (self._q_measured.copy(), *self._hold[1:])
             self._measured_at = time.monotonic()
 
     def _on_timer(self):

@@ -210,6 +210,11 @@ def test_forward_effort_stops_on_stale_joint_states(harness, openarm):
     assert pub._mode == "holding"
     assert harness.spin_until(lambda: rig.done == [False, False], STEP_S)
     assert not pub.start()[0]
+    # the pose comes back, elsewhere: held there (gravity), not pulled back to where it went silent
+    q_drift = q_now - 0.05
+    rig.measure(openarm, q_drift, pub=pub)
+    gravity = _mj_inverse(openarm, q_drift, np.zeros(7), np.zeros(7))
+    np.testing.assert_allclose(rig.command_at(T0 + 1.1, gravity), gravity, atol=1e-9, rtol=0)
 
 
 def test_controller_joints_and_gains_are_checked_against_the_model(harness, openarm):
