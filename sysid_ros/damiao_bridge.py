@@ -36,6 +36,24 @@ motors (state refresh, no motion) so ``joint_states`` goes on. The motors are di
 the node is destroyed (Ctrl-C, SIGTERM, an exception in the executor) and at interpreter
 exit. Bus errors are counted, logged and reported, never raised.
 
+Effort gains (``effort_gains_file``, the JSON ``sysid-calibrate-effort`` writes): a motor
+reports the torque its firmware believes it makes, off by a per-joint factor g = true torque /
+reported. With the file, ``joint_states`` carries g x reported effort (the true joint torque)
+and the feed-forward of every command is sent as t_ff / g, so the joint gets the torque asked
+for. The file must name every joint of the bridge (it may name others: one file for several
+buses); anything else stops the start.
+
+Command log (``command_log_seconds`` of the newest rounds, preallocated, a ring): every round
+of frames, one row: the send time on the clock of the ``joint_states`` stamps (the system
+clock: SocketCAN and the virtual bus stamp in it, and the node clock stands in for adapters
+that do not) and each motor's MIT command as the motor decodes it (the frame's bytes are kept
+and decoded when saved, so the log carries the protocol's quantisation), joint side, in the
+units of the published effort (tau_ff, kp, kd times the effort gain). A motor that got a
+special frame or a state refresh that round holds no command: its row is zero (kp = kd = t_ff
+= 0). ``sysid/damiao/save_commands`` (std_srvs/Trigger) writes the log to
+``command_log_dir``/commands_<date>_<time>.npz (``identification.actuator.CommandLog.load``
+reads it) from a worker thread, and answers with the path.
+
 All names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/damiao/enable``,
 ...), so the node runs under a namespace; ``/diagnostics`` is the one global topic the
 diagnostics tools read, and its status names carry the node's namespace.
@@ -50,6 +68,7 @@ import atexit
 import math
 import threading
 import time
+from pathlib import Path
 
 import can
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -67,6 +86,8 @@ from std_srvs.srv import Trigger
 from sysid_core.damiao import protocol
 from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
 from sysid_core.damiao.supervisor import CLEAR, DISABLE, ENABLE, Supervisor, screen_feedback
+from sysid_core.errors import DataError
+from sysid_core.identification.actuator import CommandLog, EffortGains
 from sysid_ros.entry_point import spin_node
 
 ENABLE_ATTEMPTS = 5          # a request sends its frame at least this many times to a motor ...
@@ -82,6 +103,16 @@ MAX_FRAMES_PER_CYCLE = 256
 # bus timestamps farther than this from the system clock are not epoch times (some adapters
 # count from power-up): the node clock stamps the message then
 STAMP_PLAUSIBLE_S = 1.0
+
+
+def load_effort_gains(path, joint_names) -> np.ndarray:
+    """Gains (n,) in ``joint_names`` order from an effort gain file (EffortGains JSON);
+    ValueError naming the file and what is wrong (missing, not such a file, joints without a gain)."""
+    try:
+        return EffortGains.load(path).for_joints(tuple(joint_names))
+    except DataError as err:
+        raise ValueError(f"effort_gains_file: {err}: give every joint of joint_names a gain (a joint not "
+                         'calibrated, e.g. a gripper, may be added by hand with {"gain": 1.0, "std": 0.0})') from None
 
 
 class DamiaoBridge(Node):
@@ -115,6 +146,9 @@ class DamiaoBridge(Node):
         self.declare_parameter('max_position_error', 0.5)
         self.declare_parameter('feedback_timeout_cycles', 3)
         self.declare_parameter('read_limits_from_motor', True)
+        self.declare_parameter('effort_gains_file', '')
+        self.declare_parameter('command_log_seconds', 300.0)
+        self.declare_parameter('command_log_dir', 'sysid_output')
 
         self.published = self.cycles = self.frames_sent = self.frames_received = 0
         self.frames_rejected = self.frames_other = self.bus_errors = self.clamped = 0
@@ -163,6 +197,17 @@ class DamiaoBridge(Node):
                              f"{self._rate}, {self._timeout}, {self._max_error}, {self._silent_cycles}")
         self.arm = self._arm_from_parameters()
         n = self.arm.n
+        gains_file = str(self._param('effort_gains_file'))
+        self.effort_gains = load_effort_gains(gains_file, self.arm.joint_names) if gains_file else np.ones(n)
+        log_seconds = float(self._param('command_log_seconds'))
+        if not (math.isfinite(log_seconds) and log_seconds >= 0):
+            raise ValueError(f"command_log_seconds must be >= 0 (0: no log), got {log_seconds}")
+        # preallocated: a row per round, written in place by the control loop (no allocation)
+        self._log_rows = math.ceil(log_seconds * self._rate)
+        self._log_time = np.zeros(self._log_rows)
+        self._log_frames = bytearray(self._log_rows * n * protocol.FRAME_LENGTH)
+        self._log_mit = bytearray(self._log_rows * n)   # 1 where the motor got an MIT frame
+        self._log_next = self._log_count = 0
         self.supervisor = Supervisor(self.arm.joint_names,
                                      max(ENABLE_ATTEMPTS, math.ceil(REQUEST_TIMEOUT_S * self._rate)))
         self._by_master = {mid: j for j, mid in enumerate(self.arm.master_ids)}
@@ -206,6 +251,7 @@ class DamiaoBridge(Node):
         self.create_service(Trigger, 'sysid/damiao/enable', self._on_enable, callback_group=services)
         self.create_service(Trigger, 'sysid/damiao/disable', self._on_disable, callback_group=services)
         self.create_service(Trigger, 'sysid/damiao/clear_errors', self._on_clear_errors, callback_group=services)
+        self.create_service(Trigger, 'sysid/damiao/save_commands', self._on_save_commands, callback_group=services)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0 / self._rate, self._on_cycle, clock=steady)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics, clock=steady)
@@ -411,6 +457,7 @@ class DamiaoBridge(Node):
         fresh = np.flatnonzero(self._fresh)
         self._fresh[:] = False
         q, dq, tau = self.arm.to_joint(*self._feedback)
+        tau *= self.effort_gains
         msg = JointState()
         stamp = float(self._bus_stamp[fresh].max())
         if abs(stamp - time.time()) < STAMP_PLAUSIBLE_S:
@@ -433,13 +480,28 @@ class DamiaoBridge(Node):
         commands = self._commands(may_track) if self.supervisor.enabled else None
         if commands is None:
             self.tracking[:] = False
+        row = self._log_next
+        if self._log_rows:
+            self._log_time[row] = time.time()   # the clock of the joint_states stamps
+        n = self.arm.n
         for j, can_id in enumerate(self.arm.can_ids):
             if j in special:
                 self._send_frame(can_id, special[j])
+                mit = None
             elif commands is not None:
-                self._send_frame(can_id, protocol.encode_mit(commands[j], self.arm.limits[j]))
+                mit = protocol.encode_mit(commands[j], self.arm.limits[j])
+                self._send_frame(can_id, mit)
             else:
                 self._send_frame(*protocol.refresh_frame(can_id))
+                mit = None
+            if self._log_rows:
+                self._log_mit[row * n + j] = mit is not None
+                if mit is not None:
+                    start = (row * n + j) * protocol.FRAME_LENGTH
+                    self._log_frames[start:start + protocol.FRAME_LENGTH] = mit
+        if self._log_rows:
+            self._log_next = (row + 1) % self._log_rows
+            self._log_count = min(self._log_count + 1, self._log_rows)
 
     def _commands(self, may_track: bool) -> list:
         received = self._command_time
@@ -454,7 +516,9 @@ class DamiaoBridge(Node):
                            f"{[self.arm.joint_names[j] for j in np.flatnonzero(far)]}")
                 track &= ~far
         self.tracking = track
-        commands, clamped = self.arm.commands(*self._command, track)
+        # the motor applies gain x what it is sent: send tau / gain to get tau
+        commands, clamped = self.arm.commands(self._command[0], self._command[1],
+                                              self._command[2] / self.effort_gains, track)
         if clamped.any():
             self.clamped += int(clamped.sum())
             self._warn('clamp', f"commands clamped to the joint or motor limits: "
@@ -535,6 +599,64 @@ class DamiaoBridge(Node):
         self._publish_diagnostics()
         return response
 
+    async def _on_save_commands(self, request, response):
+        # copy, decode and write in a worker thread: the control loop shares this executor and
+        # must wait neither for the disk nor for a copy of the whole ring
+        if self._log_count < 3:
+            response.success, response.message = False, (
+                "command log is off (command_log_seconds: 0)" if not self._log_rows else
+                f"only {self._log_count} rounds of commands logged so far: nothing to save")
+            return response
+        done = Future(executor=self.executor)
+
+        def write():
+            try:
+                done.set_result(self._write_command_log(*self._log_snapshot()))
+            except (DataError, OSError, ValueError) as err:
+                done.set_result(err)
+        threading.Thread(target=write, name="save_commands", daemon=True).start()
+        result = await done
+        response.success = not isinstance(result, Exception)
+        response.message = str(result) if response.success else f"command log not saved: {result}"
+        return response
+
+    def _log_snapshot(self):
+        """(time (K,), frames (K, n, 8) uint8, mit (K, n) uint8) of the logged rounds, oldest
+        first. Copied while the control loop goes on writing: the rounds it overwrote meanwhile
+        (the oldest) are dropped, so every row returned is whole."""
+        with self._lock:
+            count, end = self._log_count, self._log_next
+        rows, n = self._log_rows, self.arm.n
+        frames = np.frombuffer(self._log_frames, dtype=np.uint8).reshape(rows, n, protocol.FRAME_LENGTH)
+        mit = np.frombuffer(self._log_mit, dtype=np.uint8).reshape(rows, n)
+        start = (end - count) % rows
+        parts = [slice(start, start + count)] if start + count <= rows else [slice(start, rows), slice(0, end)]
+        copies = [np.concatenate([a[p] for p in parts]) for a in (self._log_time, frames, mit)]
+        with self._lock:
+            written = (self._log_next - end) % rows     # rounds completed meanwhile (far fewer than rows)
+        # the control loop writes a round under the lock this copy does not take: one more may be under way
+        lost = min(max(count + written + 1 - rows, 0), count)
+        return tuple(c[lost:] for c in copies)
+
+    def _write_command_log(self, times, frames, mit) -> str:
+        """Decode the logged frames (joint side, published-effort units), save them; a line saying where."""
+        k, n = mit.shape
+        values = np.zeros((5, k, n))
+        for j in range(n):
+            values[:, :, j] = protocol.decode_mit_payloads(frames[:, j], self.arm.limits[j]).T
+        if k < 3:
+            raise DataError("the log moved on while it was copied: call again")
+        values *= mit.astype(bool)[None]                  # no MIT frame: no command held
+        p, v, kp, kd, t = values
+        d, g = self.arm.directions, self.effort_gains
+        log = CommandLog(times, d * p + self.arm.position_offsets, d * v, g * d * t, g * kp, g * kd,
+                         self.arm.joint_names)
+        folder = Path(str(self._param('command_log_dir'))).expanduser()
+        name = time.strftime("commands_%Y%m%d_%H%M%S", time.localtime(times[-1])) + f"_{int(times[-1] * 1e3) % 1000:03d}"
+        path = log.save(folder / f"{name}.npz", g).resolve()
+        return f"{path}: {k} rounds, {times[-1] - times[0]:.1f} s" + (
+            " (the log is full: older rounds were overwritten)" if k == self._log_rows else "")
+
     # --- reporting --------------------------------------------------------------------------
 
     def _faulted(self) -> list:
@@ -568,6 +690,7 @@ class DamiaoBridge(Node):
         if not self._publishing:
             return
         q, dq, tau = self.arm.to_joint(*self._feedback)
+        tau *= self.effort_gains
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
         hardware = f"{self._param('can_interface')}:{self._param('can_channel')}"

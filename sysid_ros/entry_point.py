@@ -8,14 +8,20 @@ import sys
 import threading
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def spin_node(node_class, args=None, threads: int = 1, publishes_on_shutdown: bool = False) -> None:
-    """Run one node until shutdown; ``threads`` > 1 lets its callback groups run in parallel.
+def spin_node(node_class, args=None, publishes_on_shutdown: bool = False) -> int:
+    """Run one node until shutdown, or until its ``finished`` Future (if it has one) completes;
+    returns the process exit status: that Future's result, else 0.
+
+    One thread: rclpy's multi-threaded executor cannot keep up with a bursty 1 kHz
+    subscription (test/test_node_processes.py); a node with long work (the identifier) does it
+    in a thread of its own.
 
     rclpy's own signal handlers shut the context down on SIGINT/SIGTERM, before the node is
     destroyed: a node that must still publish in ``destroy_node`` (a last command that leaves
@@ -23,7 +29,8 @@ def spin_node(node_class, args=None, threads: int = 1, publishes_on_shutdown: bo
     raise KeyboardInterrupt in the main thread, which the executor sees when a wait returns: such
     a node needs a timer) and the context is shut down only after ``destroy_node``.
 
-    A node whose constructor rejects its configuration (ValueError) ends the process with
+    A node whose constructor rejects its configuration (ValueError, or rclpy refusing a parameter
+    override of the wrong type or value) ends the process with
     status 1 and the reason on one line, not a traceback; a Ctrl-C or SIGTERM during start-up
     ends it quietly, after the constructor's own clean-up. While the node is destroyed, further
     SIGINT/SIGTERM are ignored: pressing Ctrl-C twice must not cut a clean-up (the Damiao
@@ -45,19 +52,25 @@ def spin_node(node_class, args=None, threads: int = 1, publishes_on_shutdown: bo
         interrupted = isinstance(err, (KeyboardInterrupt, ExternalShutdownException)) or not rclpy.ok()
         with _shutdown_signals_ignored():
             rclpy.try_shutdown()
-        if isinstance(err, ValueError):
+        # a rejected configuration: ValueError from the node, or a parameter of the wrong type
+        # (``-p duration:=10`` for a double) from rclpy
+        if isinstance(err, (ValueError, InvalidParameterTypeException, InvalidParameterValueException)):
             print(f"error: {err}", file=sys.stderr, flush=True)
             sys.exit(1)
         if interrupted:
-            return
+            return 0
         raise
     # what start-up built (models, plans, buffers) lives as long as the node: keep the
     # collector from scanning it again and again, pausing the node's timers each time
     gc.freeze()
-    executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
+    finished = getattr(node, "finished", None)
     try:
-        executor.spin()
+        if finished is None:
+            executor.spin()
+        else:
+            executor.spin_until_future_complete(finished)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -70,6 +83,7 @@ def spin_node(node_class, args=None, threads: int = 1, publishes_on_shutdown: bo
             executor.shutdown()
             node.destroy_node()
             rclpy.try_shutdown()
+    return finished.result() if finished is not None and finished.done() else 0
 
 
 @contextlib.contextmanager

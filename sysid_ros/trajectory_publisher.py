@@ -479,8 +479,8 @@ def _duration(seconds: float) -> Duration:
     return Duration(sec=sec, nanosec=nanosec)
 
 
-def main(args=None):
-    spin_node(TrajectoryPublisher, args, publishes_on_shutdown=True)
+def main(args=None) -> int:
+    return spin_node(TrajectoryPublisher, args, publishes_on_shutdown=True)
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 
 import can
 import numpy as np
@@ -26,6 +27,7 @@ from std_srvs.srv import Trigger
 from sysid_core.damiao import protocol
 from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_core.damiao.protocol import MotorLimits, decode_mit, motor_limits, resolution
+from sysid_core.identification.actuator import CommandLog, EffortGains
 from sysid_ros.damiao_bridge import WARN_PERIOD_S, DamiaoBridge
 
 from conftest import MODELS, run_python
@@ -59,12 +61,12 @@ def context(context):
 class Rig:
     """Emulator + bridge + a probe node and a bus monitor, spun by one executor."""
 
-    def __init__(self, context, motors=None, start_bridge=True, namespace="", **parameters):
+    def __init__(self, context, motors=None, start_bridge=True, namespace="", arm_options=None, **parameters):
         self.channel = f"bridge_test_{os.getpid()}_{next(_channels)}"
         self.namespace = namespace
         prefix = f"{namespace}/" if namespace else ""
         self.motors = motors or [EmulatedMotor("joint1", "DM4340", 1, 0x11), EmulatedMotor("joint2", "DM4310", 2, 0x12)]
-        self.arm = VirtualDamiaoArm(ARM, self.motors, channel=self.channel)
+        self.arm = VirtualDamiaoArm(ARM, self.motors, channel=self.channel, **(arm_options or {}))
         self.arm.start()
         self.monitor = can.Bus(interface="virtual", channel=self.channel)
         self.frames = []
@@ -363,6 +365,102 @@ def test_bad_parameters_fail_at_start_with_a_clear_message(rig, overrides, messa
     with pytest.raises(ValueError) as err:
         r.make_bridge(**overrides)
     assert message in str(err.value)
+    assert not r.arm.enabled(1)
+
+
+def test_saved_command_log_is_what_went_on_the_bus(rig, tmp_path):
+    """The log the bridge saves (sysid/damiao/save_commands), read back by CommandLog.load,
+    against the frames a third bus saw, decoded by the codec: round for round, joint side."""
+    motors = [EmulatedMotor("joint1", "DM4340", 1, 0x11, direction=-1, position_offset=0.2),
+              EmulatedMotor("joint2", "DM4310", 2, 0x12)]
+    r = rig(motors=motors, directions=[-1, 1], position_offsets=[0.2, 0.0], command_log_dir=str(tmp_path))
+    assert r.spin(until=lambda: len(r.states) > 5)
+    start = time.monotonic()
+    while (t := time.monotonic() - start) < 0.3:     # a slow sweep with velocity and feed-forward
+        r.command(["joint1", "joint2"], [0.2 + 0.1 * np.sin(5 * t), -0.1 * np.sin(5 * t)],
+                  [0.5 * np.cos(5 * t), -0.5 * np.cos(5 * t)], [0.3 * np.sin(9 * t), -0.2])
+        r.spin(0.004)
+    response = r.call("sysid/damiao/save_commands")
+    assert response.success, response.message
+    path = response.message.split(":")[0]
+    log = CommandLog.load(path)
+    np.testing.assert_array_equal(CommandLog.saved_effort_gains(path), [1.0, 1.0])
+    assert log.joint_names == ("joint1", "joint2") and len(log.time) > 50
+    for j, motor in enumerate(motors):
+        # every round sends the motor one frame (MIT, special, or a refresh naming it on 0x7FF);
+        # the register reads of the start come before the first round
+        sent = [(stamp, data) for _, stamp, data in r.frames_to(motor.can_id)
+                if not (len(data) > 2 and data[2] == protocol.OP_READ)][:len(log.time)]
+        assert len(sent) == len(log.time)
+        mit = np.array([data[:7] != b"\xff" * 7 and data[2] != protocol.OP_REFRESH for _, data in sent])
+        assert mit.sum() > 50 and (~mit).sum() > 0      # the enable at start holds no command
+        limits = r.arm.limits(motor.can_id)
+        frames = [decode_mit(data, limits) for (_, data), m in zip(sent, mit) if m]
+        d, offset = motor.direction, motor.position_offset
+        np.testing.assert_allclose(log.q_des[mit, j], [d * f.position + offset for f in frames], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(log.dq_des[mit, j], [d * f.velocity for f in frames], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(log.tau_ff[mit, j], [d * f.torque for f in frames], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(log.kp[mit, j], [f.kp for f in frames], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(log.kd[mit, j], [f.kd for f in frames], rtol=0, atol=1e-12)
+        assert np.all(log.kp[~mit, j] == 0) and np.all(log.kd[~mit, j] == 0) and np.all(log.tau_ff[~mit, j] == 0)
+        # the sweep was tracked: commands with position gain and feed-forward are in the log
+        assert np.ptp(log.q_des[log.kp[:, j] > 0, j]) > 0.05 and np.ptp(log.tau_ff[:, j]) > 0.1
+        # the time of a row is when its round was sent, on the clock of the bus stamps
+        lag = np.array([stamp for stamp, _ in sent]) - log.time
+        assert lag.min() >= 0 and np.median(lag) < 0.005
+
+
+def test_command_log_ring_keeps_the_newest_rounds_oldest_first():
+    """The ring after it wrapped (and while it is written during the copy): whole rows, in order."""
+    rows, n = 7, 2
+    ring = types.SimpleNamespace(_lock=threading.Lock(), _log_rows=rows, arm=types.SimpleNamespace(n=n),
+                                 _log_time=np.zeros(rows), _log_frames=bytearray(rows * n * 8),
+                                 _log_mit=bytearray(rows * n), _log_next=0, _log_count=0)
+    for k in range(17):                 # round k: time k, every byte of its frames k
+        row = ring._log_next
+        ring._log_time[row] = k
+        ring._log_frames[row * n * 8:(row + 1) * n * 8] = bytes([k]) * (n * 8)
+        ring._log_next, ring._log_count = (row + 1) % rows, min(ring._log_count + 1, rows)
+    times, frames, mit = DamiaoBridge._log_snapshot(ring)
+    # one round is assumed under way while copying (the control loop does not wait for the copy)
+    assert times.tolist() == list(range(11, 17))
+    assert [int(f[0, 0]) for f in frames] == times.tolist() and np.all(frames == times[:, None, None])
+
+
+def test_effort_gains_file_makes_published_effort_the_true_torque(rig, tmp_path):
+    """Motors whose torque estimate is off (true gains 0.8, 1.15), the gain file saying so:
+    joint_states carries the torque the joints really get, and the feed-forward asked for is
+    what they get. Velocity control (kp 0) against viscous friction: a steady torque."""
+    gains = np.array([0.8, 1.15])
+    motors = [EmulatedMotor("joint1", "DM4340", 1, 0x11, effort_gain=gains[0]),
+              EmulatedMotor("joint2", "DM4310", 2, 0x12, effort_gain=gains[1])]
+    path = EffortGains(("joint2", "joint1", "joint7"), gains[[1, 0]].tolist() + [1.0], np.zeros(3)).save(
+        tmp_path / "effort_gains.json")
+    r = rig(motors=motors, kp=[0.0, 0.0], kd=[2.0, 0.6], max_position_error=0.0, effort_gains_file=str(path),
+            arm_options=dict(joint_friction=lambda dq: 1.0 * dq))
+    asked = np.array([1.0, 0.2])
+    since = time.monotonic()
+    start = time.monotonic()
+    while time.monotonic() - start < 1.0:    # time constants under 0.2 s
+        r.command(["joint1", "joint2"], [0.0, 0.0], [0.0, 0.0], asked)
+        r.spin(0.004)
+    true_tau, published = r.arm.tau, np.array(r.states[-1].effort)
+    steps = np.array([quantum(r.arm.limits(c))[2] for c in (1, 2)])
+    assert np.all(np.abs(true_tau) > 10 * steps)     # the joints carry torque
+    # the reply's 12-bit torque, scaled by the gain; the true torque drifts a little within a cycle
+    np.testing.assert_array_less(np.abs(published - true_tau), gains * steps + 0.01 * np.abs(true_tau))
+    # the motors decode t_ff = asked / gain
+    sent = np.array([r.mit_frames(c, since)[-1].torque for c in (1, 2)])
+    np.testing.assert_array_less(np.abs(sent - asked / gains), steps + 1e-9)
+
+
+def test_an_effort_gains_file_without_every_joint_stops_the_start(rig, tmp_path):
+    path = EffortGains(("joint1",), np.array([0.9]), np.zeros(1)).save(tmp_path / "g.json")
+    r = rig(start_bridge=False)
+    with pytest.raises(ValueError, match=r"effort_gains_file: no effort gain for joints \['joint2'\]"):
+        r.make_bridge(effort_gains_file=str(path))
+    with pytest.raises(ValueError, match="effort gain file not found"):
+        r.make_bridge(effort_gains_file=str(tmp_path / "none.json"))
     assert not r.arm.enabled(1)
 
 

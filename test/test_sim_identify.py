@@ -11,6 +11,7 @@ import pytest
 
 from conftest import ROBOTS
 from sysid_ros import sim_identify
+from sysid_ros.identifier import LOST_DOUBTFUL
 
 
 def run(*argv):
@@ -47,6 +48,12 @@ def test_payload_identified_through_the_virtual_damiao_arm(tmp_path):
     # none lost in ROS; how many of the 250 Hz cycles the bridge publishes on a loaded machine is
     # in bench/simulation_speed.py
     assert outcome.published == outcome.received > 0
-    mass = outcome.summary["mass"]
-    assert abs(mass - outcome.truth_mass) / outcome.truth_mass < 0.05
+    summary = outcome.summary
+    lost = summary["missing_samples"] / (summary["missing_samples"] + summary["recorded_samples"])
+    if lost > LOST_DOUBTFUL:
+        # a machine too loaded for the real-time bridge skipped its cycles (the stamps' holes):
+        # the answer must say so rather than vouch for the number
+        assert summary["verdict"] != "good" and any("never arrived" in r for r in summary["verdict_reasons"])
+    else:
+        assert abs(summary["mass"] - outcome.truth_mass) / outcome.truth_mass < 0.05
     assert (tmp_path / "params.json").is_file()

@@ -9,7 +9,19 @@ Every joint of an MJCF model is driven by one emulated motor that speaks the Dam
 * enable/disable/clear error/save zero behave as on the real drives, faults (0x8..0xE) take
   the motor out of enable until cleared, the TIMEOUT register arms a CAN watchdog (0xD);
 * the MIT law T = kp (p_des - p) + kd (v_des - v) + t_ff, clamped to +-TMAX, is evaluated at
-  every physics step from the true motor-side state and applied as a joint torque.
+  every physics step from the true motor-side state at the middle of the step (p + v dt/2,
+  v + a dt/2: a drive's current loop runs at tens of kHz, so over a step it applies the law's
+  mean, not its value at the step's start) and applied as a joint torque.
+
+The actuator's truth, for identifying it (all off by default):
+
+* ``EmulatedMotor.effort_gain`` g: the joint receives g T while the feedback reports T, the
+  torque the firmware believes it makes (its current times a torque constant that is off);
+* ``delay`` s: every frame a motor reads is acted on, and answered, that long after (bus,
+  adapter and firmware latency), so a command takes effect ``delay`` after it was sent and its
+  reply carries the state of that moment;
+* ``joint_friction``: a friction torque f(dq) (n,) N m opposing the motion, re-evaluated every
+  step (e.g. ``simulation.StribeckFriction``), beyond the model's own damping and frictionloss.
 
 Motor side and joint side: p = direction * (q - position_offset), v = direction * dq, and the
 joint receives direction * T (rad, rad/s, N m; m, m/s, N for slide joints). The torque goes in
@@ -60,6 +72,7 @@ in the thread because its handler is process-global and the mujoco_sim node inst
 """
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import numbers
@@ -113,6 +126,7 @@ class EmulatedMotor:
     slides) map the joint onto the motor: p_motor = direction * (q_joint - position_offset).
     ``limits`` are the PMAX/VMAX/TMAX registers; None takes the table of ``motor_type``
     (an unknown type raises ValueError then; with explicit limits the type is only a label).
+    ``effort_gain`` (> 0): true joint torque over the torque the motor reports.
     """
 
     joint_name: str
@@ -122,8 +136,13 @@ class EmulatedMotor:
     direction: int = 1
     position_offset: float = 0.0
     limits: MotorLimits | None = None
+    effort_gain: float = 1.0
 
     def __post_init__(self):
+        if not (isinstance(self.effort_gain, numbers.Real) and math.isfinite(self.effort_gain)
+                and self.effort_gain > 0):
+            raise ValueError(f"motor {self.joint_name}: effort_gain must be positive and finite, "
+                             f"got {self.effort_gain!r}")
         if not isinstance(self.joint_name, str) or not self.joint_name:
             raise ValueError(f"joint_name must be a non-empty string, got {self.joint_name!r}")
         if isinstance(self.direction, bool) or self.direction not in (1, -1):
@@ -198,6 +217,8 @@ class VirtualDamiaoArm:
     realtime: True runs physics in a thread after ``start()``; False is manual mode
       (``poll``/``advance``).
     temperatures: (MOSFET, coil) deg C reported in every feedback frame.
+    delay: s (>= 0), how long after a frame is read a motor acts on it and answers.
+    joint_friction: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the motion.
 
     Raises ValueError for an inconsistent model/motor set. Read-only state for tests and the
     caller: ``sim_time`` s, ``q``/``dq`` (n,) true joint state, ``tau`` (n,) joint torques of
@@ -206,7 +227,7 @@ class VirtualDamiaoArm:
 
     def __init__(self, model_path, motors, *, interface="virtual", channel="sysid_damiao",
                  bus_kwargs=None, timeout_ticks=0, initial_positions=None, realtime=True,
-                 temperatures=(30, 35)):
+                 temperatures=(30, 35), delay=0.0, joint_friction=None):
         if isinstance(model_path, mujoco.MjModel):
             self._model = model_path
         else:
@@ -236,10 +257,18 @@ class VirtualDamiaoArm:
         self._bus_kwargs = dict(bus_kwargs or {})
         self._realtime = bool(realtime)
         self._dt = float(model.opt.timestep)
+        if not (isinstance(delay, numbers.Real) and math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        if joint_friction is not None and not callable(joint_friction):
+            raise ValueError("joint_friction must be None or a callable qvel -> (n,) N m")
+        self._delay = float(delay)
+        self._friction = joint_friction
+        self._pending = collections.deque()     # (sim time due, frame) read but not yet acted on
 
         # Vectorised motor state, index = joint index. Commands are the decoded SI values.
         self._dir = np.array([s.spec.direction for s in self._states], dtype=float)
         self._offset = np.array([s.spec.position_offset for s in self._states], dtype=float)
+        self._gain = self._dir * np.array([s.spec.effort_gain for s in self._states], dtype=float)
         self._tmax = np.array([s.limits.tmax for s in self._states])
         self._neg_tmax = -self._tmax
         self._kp, self._kd, self._p_des, self._v_des, self._t_ff = (np.zeros(n) for _ in range(5))
@@ -377,9 +406,10 @@ class VirtualDamiaoArm:
 
     @property
     def tau(self) -> np.ndarray:
-        """Joint torques (n,) applied during the last physics step, N m (N); = direction * T."""
+        """Joint torques (n,) the motors applied during the last physics step, N m (N);
+        = direction * effort_gain * T (joint friction not included)."""
         with self._lock:
-            return self._dir * self._motor_tau
+            return self._gain * self._motor_tau
 
     @property
     def frames_received(self) -> int:
@@ -497,7 +527,8 @@ class VirtualDamiaoArm:
             raise RuntimeError(f"emulator failed: {self._error}")
 
     def poll(self) -> int:
-        """Manual mode: handle every frame waiting on the bus; returns how many were read."""
+        """Manual mode: read every frame waiting on the bus (handled now, or after ``delay`` by
+        ``advance``); returns how many were read."""
         self._check_manual("poll")
         if self._bus is None or self._stopped:
             raise RuntimeError("poll() needs an open bus: call start() first")
@@ -507,7 +538,7 @@ class VirtualDamiaoArm:
                 msg = self._bus.recv(timeout=0)
                 if msg is None:
                     return count
-                self._handle(msg)
+                self._receive(msg)
                 count += 1
 
     def advance(self, seconds: float) -> None:
@@ -538,9 +569,14 @@ class VirtualDamiaoArm:
         data = self._data
         p, v, t = self._buf_p, self._buf_v, self._buf_t
         # motor-side state; arrays are preallocated: this runs 1000 times a second
-        np.subtract(data.qpos, self._offset, out=p)
+        # the state at mid-step: p + v dt/2 and v + a dt/2 (a of the last step)
+        np.multiply(data.qvel, 0.5 * self._dt, out=p)
+        p += data.qpos
+        p -= self._offset
         p *= self._dir
-        np.multiply(data.qvel, self._dir, out=v)
+        np.multiply(data.qacc, 0.5 * self._dt, out=v)
+        v += data.qvel
+        v *= self._dir
         np.subtract(self._p_des, p, out=p)
         p *= self._kp
         np.subtract(self._v_des, v, out=v)
@@ -551,9 +587,13 @@ class VirtualDamiaoArm:
         np.minimum(t, self._tmax, out=t)
         np.maximum(t, self._neg_tmax, out=t)
         np.multiply(t, self._active, out=self._motor_tau)
-        np.multiply(self._motor_tau, self._dir, out=data.qfrc_applied)
+        np.multiply(self._motor_tau, self._gain, out=data.qfrc_applied)
+        if self._friction is not None:
+            data.qfrc_applied -= self._friction(np.array(data.qvel))
         mujoco.mj_step(self._model, data)
         self._steps += 1
+        while self._pending and data.time >= self._pending[0][0] - _TIME_EPS:
+            self._handle(self._pending.popleft()[1])
         if diverged(data):
             raise _Diverged(self._divergence_message())
         if data.time >= self._next_deadline - _TIME_EPS:
@@ -651,6 +691,13 @@ class VirtualDamiaoArm:
         return p, v, min(max(t, -tmax), tmax)
 
     # --- frames ----------------------------------------------------------------------------
+
+    def _receive(self, msg: can.Message) -> None:
+        """A frame read off the bus: handled now, or queued for ``delay`` of sim time."""
+        if self._delay > 0.0:
+            self._pending.append((self._data.time + self._delay, msg))
+        else:
+            self._handle(msg)
 
     def _handle(self, msg: can.Message) -> None:
         """Handle one frame read off the bus; reply if a motor is addressed. Caller holds the lock."""
@@ -792,7 +839,7 @@ class VirtualDamiaoArm:
             msg = bus.recv(timeout=0)
             if msg is None:
                 return
-            self._handle(msg)
+            self._receive(msg)
 
     def _run(self) -> None:
         """Thread body: step physics on the wall clock, answer frames in between.
@@ -834,7 +881,7 @@ class VirtualDamiaoArm:
                     waited += time.perf_counter() - t0
                     if msg is not None:
                         with self._lock:
-                            self._handle(msg)
+                            self._receive(msg)
                 self._run_wall = time.perf_counter() - start
                 self._busy = self._run_wall - waited
         except _Diverged as exc:

@@ -10,10 +10,13 @@ Two scopes:
 ``full``
     Base parameters of the whole arm plus friction and armature of every joint.
 
-Pipeline: filter the measurements (unless accelerations are exact), build the
-regressor, find the base parameters on random well-spread states (so rank
-deficiencies are structural), estimate them, map back to standard parameters
-closest to the nominal model, measure the fit and judge the result (verdict.py).
+Pipeline: find the base parameters on random well-spread states (so rank deficiencies are
+structural); then, block by block of samples, filter the measurements (unless accelerations
+are exact), build the regressor of the base columns and fold it into the reduced form of the
+estimators (estimation.ReducedForm: per-joint QR triangles, O(n r^2) whatever the length);
+estimate, map back to standard parameters closest to the nominal model, measure the fit (from
+the same reduced form) and judge the result (verdict.py). Memory is a few blocks, not the
+recording: 10 minutes at 1 kHz and 60 minutes need the same.
 
 The joint terms follow the physics of the data's source (``IdentificationConfig.physics``):
 a real joint (None) or MuJoCo's (joint_physics.MujocoPhysics: frictionloss as its soft
@@ -31,11 +34,12 @@ from ..dynamics.inertia import PARAMETER_NAMES, consistency_violations
 from ..dynamics.joint_physics import MujocoPhysics
 from ..dynamics.model import Robot
 from ..errors import DataError
-from . import estimation
+from ..dynamics.regressor import BLOCK
+from . import estimation, filtering
 from .base_parameters import BaseParameters, base_parameters
 from .consistency import consistency_distance, consistent_parameters, realisable_floor
-from .estimation import Estimate, estimate
-from .filtering import FilterConfig, prepare
+from .estimation import Estimate, ReducedForm, estimate, estimate_reduced
+from .filtering import FilterConfig, prepared_blocks, prepared_sizes
 from .recording import Recording
 from .verdict import Evidence, Verdict, judge
 
@@ -48,6 +52,15 @@ ESTIMATORS = estimation.ESTIMATORS + ("consistent",)
 # redoes only the joint columns and the linear solve.
 FRICTIONLOSS_PASSES = 4
 FRICTIONLOSS_TOLERANCE = 1e-6  # relative change of the constraint's parameters that ends the passes
+# The data go through in blocks of BLOCK samples (the regressor's own block). Passes after the
+# first (frictionloss, IRLS, the residual's correlation) reuse each block's samples and
+# inertial columns when all of them fit in CACHE_BYTES; longer recordings are filtered and
+# their regressor computed again in every pass, so memory never grows with their length.
+CACHE_BYTES = 64e6
+# The residual's correlation time is measured on at most this many samples: all of them for a
+# shorter recording, else the first BLOCK of evenly spread blocks of prepared_blocks.
+CORRELATION_SAMPLES = 65536
+NOISE_BLOCK = 1 << 18  # samples per stretch of velocity_noise
 
 
 @dataclass(frozen=True)
@@ -241,7 +254,16 @@ def _inertial_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq):
     t = robot.terminal_index
     known_theta = robot.nominal_parameters.copy()
     known_theta[t] = 0.0
-    return inertial[..., 10 * t:10 * t + 10], inertial @ known_theta.reshape(-1)
+    return inertial[..., 10 * t:10 * t + 10], _contract(inertial, known_theta.reshape(-1))
+
+
+def _contract(columns: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """columns (N, n, k) @ theta (k,) -> (N, n); matrix-vector products over the regressor's own
+    (n, k, N) memory when it is laid out so (as robot.regressor returns it)."""
+    inner = columns.transpose(1, 2, 0)
+    if not inner.flags.c_contiguous:
+        return columns @ theta
+    return np.matmul(theta, inner).T
 
 
 def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None,
@@ -266,19 +288,25 @@ def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonli
     return np.concatenate(blocks, axis=2), known
 
 
-def _fit_friction(robot: Robot, config: IdentificationConfig, samples, base: BaseParameters):
+def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream", base: BaseParameters):
     """Nonlinear friction parameters (n,) tuples by separable least squares around the run's own
-    estimator, or None when no joint's law has any to estimate."""
+    estimator, or None when no joint's law has any to estimate. The search reads every k-th
+    sample (friction.SEARCH_SAMPLES of them), gathered in one pass over the blocks."""
     models = _friction_models(robot, config)
     if models is None or not any(m.free for m in models):
         return None
-    columns, known = _columns(robot, config, samples.q, samples.dq, samples.ddq)
+    stride = max(1, int(np.ceil(stream.count / friction.SEARCH_SAMPLES)))
+    picked = [s.rows(slice((-at) % stride, None, stride)) for _, at, s in stream.samples()]
+    picked = [s for s in picked if s.n_samples]
+    join = (lambda field: np.concatenate([getattr(s, field) for s in picked]))
+    q, dq, ddq, tau = join("q"), join("dq"), join("ddq"), join("tau")
+    columns, known = _columns(robot, config, q, dq, ddq)
     width = sum(len(m.linear_names) for m in models)  # the friction block comes last
 
     def solve(w, y):
         return estimate(w, y, _base_estimator(config), config.ridge_alpha, robust=config.robust)
 
-    return friction.fit_nonlinear(columns[..., :columns.shape[2] - width], samples.tau - known, samples.dq, models,
+    return friction.fit_nonlinear(columns[..., :columns.shape[2] - width], tau - known, dq, models,
                                   solve, config.joint_model.smoothing, base.independent)
 
 
@@ -315,13 +343,74 @@ def structural_base_parameters(robot: Robot, config: IdentificationConfig) -> Ba
     return base_parameters(columns.reshape(-1, len(names)), names)
 
 
-def _condition(matrix: np.ndarray) -> tuple[float, float]:
-    """(unit-scaled, raw) condition numbers of ``matrix`` (rows, r)."""
-    sing = np.linalg.svd(matrix, compute_uv=False)
-    norms = np.linalg.norm(matrix, axis=0)
-    sing_scaled = np.linalg.svd(matrix / np.where(norms > 0, norms, 1.0), compute_uv=False)
-    ratio = (lambda s: float(s[0] / s[-1]) if s[-1] > 0 else float("inf"))
-    return ratio(sing_scaled), ratio(sing)
+class _Stream:
+    """The identification's data, block by block: the prepared samples of ``recording`` (blocks of
+    at most BLOCK rows), their inertial columns and the columns of the base parameters.
+
+    Every pass reads the recording again (filtering and regressor), except when the blocks of
+    the whole recording fit in CACHE_BYTES: then the first pass keeps the samples and inertial
+    columns of every block and the later passes only rebuild the joint columns.
+    """
+
+    def __init__(self, robot: Robot, config: IdentificationConfig, recording: Recording):
+        self.robot, self.config, self.recording = robot, config, recording
+        self.filter_block = max(BLOCK, filtering.FILTER_BLOCK // BLOCK * BLOCK)
+        self.sizes = prepared_sizes(recording, config.filter, self.filter_block)
+        self.count = sum(self.sizes)
+        width = 10 * (1 if config.scope == "terminal" else robot.n_bodies) + 8
+        self._cache = [] if self.count * robot.n_joints * width * 8 <= CACHE_BYTES else None
+        self._cached = False
+
+    def samples(self, select=None):
+        """(block number, first row number, Recording of at most BLOCK prepared rows), in order;
+        ``select`` a container of the numbers of the prepared_blocks to read, and only the
+        first BLOCK rows of each (default: all rows of all)."""
+        numbers = range(len(self.sizes)) if select is None else sorted(select)
+        starts = np.concatenate(([0], np.cumsum(self.sizes))).astype(int)
+        for number, block in zip(numbers, prepared_blocks(self.recording, self.config.filter, self.filter_block,
+                                                          select)):
+            for start in range(0, block.n_samples if select is None else 1, BLOCK):
+                yield number, int(starts[number]) + start, block.rows(slice(start, start + BLOCK))
+
+    def inertial(self, select=None):
+        """(block number, samples, inertial columns (B, n, 10 k), torque of the known bodies (B, n))."""
+        if self._cached:
+            first = {}  # the first BLOCK of each selected prepared block, as samples() reads them
+            for item in self._cache:
+                if select is None or (item[0] in select and first.setdefault(item[0], item) is item):
+                    yield item
+            return
+        keep = self._cache is not None and select is None
+        items = []
+        for number, _, samples in self.samples(select):
+            inertial, known = _inertial_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq)
+            item = (number, samples, inertial, known)
+            if keep:
+                items.append(item)
+            yield item
+        if keep:
+            self._cache, self._cached = items, True
+
+    def columns(self, base: BaseParameters, nonlinear=None, constraint: _Constraint = _Constraint(), select=None):
+        """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block."""
+        split = int(np.searchsorted(base.independent, self._inertial_width))
+        ours, theirs = base.independent[:split], base.independent[split:] - self._inertial_width
+        for _, samples, inertial, known in self.inertial(select):
+            joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
+                                                nonlinear, constraint)
+            yield samples, np.concatenate([inertial[..., ours], joint[..., theirs]], axis=2), \
+                samples.tau - known - joint_known
+
+    @property
+    def _inertial_width(self) -> int:
+        return 10 * (1 if self.config.scope == "terminal" else self.robot.n_bodies)
+
+    def correlation_blocks(self) -> set | None:
+        """The prepared blocks the residual's correlation time is measured on (None: all)."""
+        if self.count <= CORRELATION_SAMPLES:
+            return None
+        wanted = max(1, CORRELATION_SAMPLES // BLOCK)
+        return set(np.unique(np.linspace(0, len(self.sizes) - 1, wanted).round().astype(int)).tolist())
 
 
 def _constraint_state(robot: Robot, config: IdentificationConfig, body_parameters, coulomb, armature) -> _Constraint:
@@ -355,32 +444,40 @@ def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np
     return known + columns @ result.standard
 
 
-def _rmse(residual: np.ndarray, torque: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, float]:
-    """Per joint (n,) and pooled RMSE of ``residual`` (N, n), and both relative to ``torque``'s RMS."""
-    per_joint = np.sqrt(np.mean(residual**2, axis=0))
-    scale = np.sqrt(np.mean(np.asarray(torque)**2, axis=0))
+def _rmse(residual_sq: np.ndarray, torque_sq: np.ndarray, count: int) -> tuple[np.ndarray, float, np.ndarray, float]:
+    """Per joint (n,) and pooled RMSE from the residual's sum of squares per joint (n,) over
+    ``count`` samples, and both relative to the torque's RMS (its sum of squares (n,))."""
+    per_joint = np.sqrt(residual_sq / count)
+    scale = np.sqrt(torque_sq / count)
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(scale > 0, per_joint / scale, np.inf)
-    pooled, total = float(np.sqrt(np.mean(residual**2))), float(np.sqrt(np.mean(np.asarray(torque)**2)))
+    pooled, total = float(np.sqrt(np.sum(residual_sq) / residual_sq.size / count)), \
+        float(np.sqrt(np.sum(torque_sq) / torque_sq.size / count))
     return per_joint, pooled, relative, pooled / total if total > 0 else float("inf")
 
 
 def velocity_noise(dq) -> np.ndarray:
     """Per-joint white-noise level (n,) rad/s of a raw velocity recording dq (N, n): 1.4826 MAD
     of the second differences over sqrt(6). A smooth motion's second differences at a
-    driver's sample rate are far below any sensor's noise; noise-free data give ~0."""
-    second = np.diff(np.asarray(dq, dtype=float), n=2, axis=0)
-    if second.shape[0] == 0:
-        return np.zeros(np.shape(dq)[1])
-    return 1.4826 * np.median(np.abs(second - np.median(second, axis=0)), axis=0) / np.sqrt(6.0)
+    driver's sample rate are far below any sensor's noise; noise-free data give ~0. Longer
+    recordings go in stretches of NOISE_BLOCK samples, and the median of their levels is taken
+    (memory stays bounded; on stationary noise it is the same figure).
+    """
+    dq = np.asarray(dq)
+    levels = []
+    for start in range(0, max(dq.shape[0] - 2, 1), NOISE_BLOCK):
+        second = np.diff(np.asarray(dq[start:start + NOISE_BLOCK + 2], dtype=float), n=2, axis=0)
+        if second.shape[0] == 0:
+            return np.zeros(np.shape(dq)[1])
+        levels.append(1.4826 * np.median(np.abs(second - np.median(second, axis=0)), axis=0) / np.sqrt(6.0))
+    return np.median(levels, axis=0)
 
 
-def _evidence(robot: Robot, config: IdentificationConfig, recording: Recording, samples: Recording,
+def _evidence(robot: Robot, config: IdentificationConfig, noise: np.ndarray, motion: np.ndarray,
               est: Estimate, base: BaseParameters, standard: np.ndarray, body_parameters: np.ndarray,
               metrics: Metrics, consistent: bool) -> Evidence:
-    """The figures the verdict is computed from (verdict.Evidence)."""
-    noise = velocity_noise(recording.dq)
-    motion = np.sqrt(np.mean((samples.dq - samples.dq.mean(axis=0)) ** 2, axis=0))
+    """The figures the verdict is computed from (verdict.Evidence): ``noise`` (n,) the raw
+    velocity's noise level, ``motion`` (n,) the prepared velocity's RMS about its mean."""
     with np.errstate(divide="ignore", invalid="ignore"):
         snr = np.where(noise > 0, motion / np.where(noise > 0, noise, 1.0), np.where(motion > 0, np.inf, 0.0))
     mass_rel = com_std = None
@@ -418,33 +515,46 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
 
     The recording's joints are matched to the model by name. Raises DataError for unusable
     data (missing joints, too few samples) and IdentificationError when the data cannot
-    determine the base parameters.
+    determine the base parameters. The recording's arrays are only read, block by block
+    (BLOCK samples; views of a caller's buffer are fine, nothing of their size is copied or
+    built): memory is a few blocks whatever the length (see _Stream); with ``config.robust``
+    one (N, n) residual array more. ``recording.quality_notes`` (and the validation's) end
+    in the verdict.
     """
     recording = recording.select(robot.joint_names)
-    samples = prepare(recording, config.filter)
+    stream = _Stream(robot, config, recording)
     names = column_names(robot, config)
     minimum = max(50, 3 * len(names))
-    if samples.n_samples < minimum:
-        raise DataError(f"too few samples: {samples.n_samples} after filtering, at least {minimum} are needed "
+    if stream.count < minimum:
+        raise DataError(f"too few samples: {stream.count} after filtering, at least {minimum} are needed "
                         f"to identify {len(names)} parameters")
     base = structural_base_parameters(robot, config)
-    nonlinear = _fit_friction(robot, config, samples, base)  # None unless a friction law has some
+    nonlinear = _fit_friction(robot, config, stream, base)  # None unless a friction law has some
     nominal = model_parameter_vector(robot, names)
     bodies = [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)
     joint_model = _joint_model(config)
     n_inertial = 10 * len(bodies)
+    n = robot.n_joints
 
-    def solve(columns, known):
-        est = estimate(columns[..., base.independent], samples.tau - known, _base_estimator(config),
-                       config.ridge_alpha, robust=config.robust)
+    def solve(constraint: _Constraint):
+        """One pass: the reduced form, the estimate, standard parameters; the torque's sum of
+        squares (n,) and the velocity's spread on the way."""
+        reduced, torque_sq, motion = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n)
+        for samples, columns, target in stream.columns(base, nonlinear, constraint):
+            reduced = reduced.add(columns, target)
+            torque_sq += np.sum(samples.tau ** 2, axis=0)
+            motion.add(samples.dq)
+        est = estimate_reduced(reduced, _base_estimator(config), config.ridge_alpha, config.robust,
+                               lambda: ((c, t) for _, c, t in stream.columns(base, nonlinear, constraint)))
         # full rank in practice; otherwise the nominal values fill what the data cannot see
-        return est, nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
+        standard = nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
+        return reduced, est, standard, torque_sq, motion
 
     def terms_of(standard):
         out = {"coulomb": robot.frictionloss.copy(), "viscous": robot.damping.copy(),
-               "armature": robot.armature.copy(), "offset": np.zeros(robot.n_joints), "stiffness": robot.stiffness.copy()}
+               "armature": robot.armature.copy(), "offset": np.zeros(n), "stiffness": robot.stiffness.copy()}
         for t, term in enumerate(joint_model.terms):
-            out[term] = standard[n_inertial + t * robot.n_joints: n_inertial + (t + 1) * robot.n_joints].copy()
+            out[term] = standard[n_inertial + t * n: n_inertial + (t + 1) * n].copy()
         return out
 
     def bodies_of(standard):
@@ -453,10 +563,8 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
             out[robot.body_names.index(body)] = standard[10 * k:10 * k + 10]
         return out
 
-    inertial, inertial_known = _inertial_columns(robot, config, samples.q, samples.dq, samples.ddq)
-    joint, joint_known = _joint_columns(robot, config, samples.q, samples.dq, samples.ddq, nonlinear)
-    columns, known = np.concatenate([inertial, joint], axis=2), inertial_known + joint_known
-    est, standard = solve(columns, known)
+    constraint = _Constraint()
+    reduced, est, standard, torque_sq, motion = solve(constraint)
     if _uses_constraint(robot, config):
         # MuJoCo's frictionloss force depends on the friction level and on the arm's inertia at
         # qpos0 (through dof_invweight0), both being identified: pass again with the estimate's
@@ -472,17 +580,14 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
             if change < FRICTIONLOSS_TOLERANCE:
                 break
             level, weight = new_level, state.invweight0
-            joint, joint_known = _joint_columns(robot, config, samples.q, samples.dq, samples.ddq, nonlinear,
-                                                _Constraint(level, weight))
-            columns, known = np.concatenate([inertial, joint], axis=2), inertial_known + joint_known
-            est, standard = solve(columns, known)
-    base_columns = columns[..., base.independent]
-    target = samples.tau - known
+            constraint = _Constraint(level, weight)
+            reduced, est, standard, torque_sq, motion = solve(constraint)
     # neighbouring samples of filtered data (and of smooth model errors) are not independent:
     # widen the covariance by the residual's correlation time so that standard deviations mean
-    # what they say
-    inflation = estimation.correlation_time(target - base_columns @ est.values)
-    est = replace(est, covariance=est.covariance * inflation)
+    # what they say (measured on CORRELATION_SAMPLES at most)
+    residuals = [target - columns @ est.values
+                 for _, columns, target in stream.columns(base, nonlinear, constraint, stream.correlation_blocks())]
+    est = replace(est, covariance=est.covariance * estimation.correlation_time(np.concatenate(residuals)))
 
     consistent = config.scope == "full" or config.estimator == "consistent"
     if consistent:
@@ -504,10 +609,12 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     terms["coulomb"] = np.array([f.coulomb_level for f in frictions])
     terms["viscous"] = np.array([f.viscous_level for f in frictions])
 
-    # the fit of the parameters delivered: the consistent ones where they differ from the estimate
-    rmse_joint, rmse, relative, pooled = _rmse(target - base_columns @ (base.projection @ standard), samples.tau)
-    cond, cond_raw = _condition(base_columns.reshape(-1, base.rank))
-    metrics = Metrics(rmse_joint, rmse, cond, cond_raw, base.rank, samples.n_samples,
+    # the fit of the parameters delivered: the consistent ones where they differ from the estimate;
+    # residual and torque sums of squares from the reduced form (the torque's: a zero model)
+    rmse_joint, rmse, relative, pooled = _rmse(reduced.residual_sums(base.projection @ standard),
+                                               torque_sq, reduced.n_samples)
+    cond, cond_raw = estimation.condition_numbers(estimation.triangle(reduced.stacked())[:base.rank, :base.rank])
+    metrics = Metrics(rmse_joint, rmse, cond, cond_raw, base.rank, reduced.n_samples,
                       relative_rmse_per_joint=relative, relative_rmse=pooled)
     result = IdentificationResult(
         scope=config.scope, config=config, joint_names=robot.joint_names, body_names=robot.body_names,
@@ -516,28 +623,58 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         coulomb=terms["coulomb"], viscous=terms["viscous"], armature=terms["armature"], offset=terms["offset"],
         metrics=metrics, friction=frictions, stiffness=terms["stiffness"])
     if validation is not None:
-        check = prepare(validation.select(robot.joint_names), config.filter)
-        val_joint, val, val_relative, val_pooled = _rmse(
-            check.tau - predict_torque(robot, result, check.q, check.dq, check.ddq), check.tau)
+        residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
+        for check in prepared_blocks(validation.select(robot.joint_names), config.filter):
+            for start in range(0, check.n_samples, BLOCK):
+                part = check.rows(slice(start, start + BLOCK))
+                residual_sq += np.sum((part.tau - predict_torque(robot, result, part.q, part.dq, part.ddq)) ** 2,
+                                      axis=0)
+                torque_sq += np.sum(part.tau ** 2, axis=0)
+                count += part.n_samples
+        val_joint, val, val_relative, val_pooled = _rmse(residual_sq, torque_sq, count)
         metrics = replace(metrics, validation_rmse_per_joint=val_joint, validation_rmse=val,
                           validation_relative_rmse_per_joint=val_relative, validation_relative_rmse=val_pooled)
     notes = tuple(recording.quality_notes) + (() if validation is None else
                                               tuple(n for n in validation.quality_notes
                                                     if n not in recording.quality_notes))
-    evidence = _evidence(robot, config, recording, samples, est, base, standard, body_parameters, metrics,
-                         consistent)
+    evidence = _evidence(robot, config, velocity_noise(recording.dq), motion.rms, est, base, standard,
+                         body_parameters, metrics, consistent)
     return replace(result, metrics=metrics, verdict=judge(evidence, notes))
 
 
+class _Spread:
+    """Running per-joint RMS about the mean (n,) of a signal given in blocks (B, n) (sums shifted
+    by the first block's mean, against cancellation)."""
+
+    def __init__(self, n: int):
+        self.count, self.shift = 0, None
+        self.total, self.squares = np.zeros(n), np.zeros(n)
+
+    def add(self, x: np.ndarray) -> None:
+        if self.shift is None:
+            self.shift = np.mean(x, axis=0)
+        centred = x - self.shift
+        self.count += x.shape[0]
+        self.total += np.sum(centred, axis=0)
+        self.squares += np.sum(centred ** 2, axis=0)
+
+    @property
+    def rms(self) -> np.ndarray:
+        mean = self.total / self.count
+        return np.sqrt(np.maximum(self.squares / self.count - mean ** 2, 0.0))
+
+
 def base_regressor(robot: Robot, config: IdentificationConfig, q, dq, ddq,
-                   base: BaseParameters | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   base: BaseParameters | None = None, nonlinear=None) -> tuple[np.ndarray, np.ndarray]:
     """Regressor of the base parameters (N, n, r) and the torque of everything known (N, n), N m.
 
     The independent columns of the identified standard parameters under ``config`` (those of
     ``structural_base_parameters`` unless ``base`` is given): what an identification on these
     states would estimate. q, dq, ddq (N, n) rad, rad/s, rad/s^2. The nominal model's joint
     torques are ``regressor @ (base.projection @ model_parameter_vector(robot, names)) + known``.
+    ``nonlinear`` (n,) tuples: the friction laws' nonlinear values (e.g. an identification's
+    ``f.nonlinear for f in result.friction``; None: given or default values).
     """
     base = structural_base_parameters(robot, config) if base is None else base
-    columns, known = _columns(robot, config, q, dq, ddq)
+    columns, known = _columns(robot, config, q, dq, ddq, nonlinear)
     return columns[..., base.independent], known

@@ -87,8 +87,11 @@ class Recording:
                          pick(self.ddq), self.quality_notes)
 
     def select(self, joint_names) -> "Recording":
-        """Columns reordered to ``joint_names``; DataError naming what is missing."""
+        """Columns reordered to ``joint_names``; DataError naming what is missing. The same
+        Recording (no copy) when the columns are already in that order."""
         joint_names = tuple(joint_names)
+        if joint_names == tuple(self.joint_names):
+            return self
         missing = [j for j in joint_names if j not in self.joint_names]
         if missing:
             raise DataError(f"joints {missing} of the model are not in the data; data has {list(self.joint_names)}")

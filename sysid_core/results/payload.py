@@ -49,6 +49,24 @@ def body_inertia(theta, frame: str) -> BodyInertia:
     return BodyInertia(frame, com.mass, com.com, com.inertia, consistent)
 
 
+def with_consistent_inertia(body: BodyInertia, margin: float = 1e-6) -> BodyInertia:
+    """``body`` with its inertia about the centre of mass replaced by the nearest physically
+    consistent one, mass and centre of mass kept: the eigenvalues of the second moment
+    S = tr(I)/2 - I (a rigid body's is positive semi-definite: I positive with the triangle
+    inequalities) raised to at least ``margin`` times the largest, nearest in the Frobenius norm
+    of S. A payload's inertia is the least determined part of an identification; a driver still
+    needs one it can use. ``body`` itself when already consistent; ValueError without a mass."""
+    if body.com is None:
+        raise ValueError(f"mass {body.mass:.6g} kg is not positive: no inertia to correct")
+    if body.physically_consistent:
+        return body
+    second = 0.5 * np.trace(body.inertia) * np.eye(3) - body.inertia
+    eigval, eigvec = np.linalg.eigh(second)
+    eigval = np.maximum(eigval, max(margin * float(np.max(np.abs(eigval))), 1e-15))
+    second = (eigvec * eigval) @ eigvec.T
+    return BodyInertia(body.frame, body.mass, body.com, np.trace(second) * np.eye(3) - second, True)
+
+
 def frame_pose(robot, frame: str) -> tuple[np.ndarray, np.ndarray]:
     """(rotation (3, 3), origin (3,)) of body ``frame`` in the terminal body's frame; ``frame`` is
     the terminal body or a body welded to it (a URDF link on fixed joints below it: flange, tool0).
