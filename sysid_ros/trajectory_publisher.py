@@ -151,6 +151,7 @@ class TrajectoryPublisher(Node):
                 self._use_robot(load_robot(path), path)
             else:
                 self._description = RobotDescription(self, self._on_robot_description)
+                self.get_logger().info(self._description.waiting)
         except (SysidError, ValueError) as exc:
             self._fail(exc)
         # the node clock (sim time with use_sim_time) paces the stream and indexes the profile
