@@ -441,7 +441,8 @@ class Identifier(Node):
             robot = self._robot_for_parameters()
         except SysidError as err:
             self._load_failure = (key, str(err))
-            self.get_logger().error(f"no model loaded, JointState messages are rejected: {err}")
+            if key[0]:  # waiting for robot_description is no error: the constructor and RobotDescription say so
+                self.get_logger().error(f"no model loaded, JointState messages are rejected: {err}")
             return False
         self._buffer = SampleBuffer(self._capacity, robot.joint_names)
         self._layouts.clear()
