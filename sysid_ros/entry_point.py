@@ -8,11 +8,14 @@ import sys
 import threading
 
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# publishes_on_shutdown: the longest a signal waits for the executor to wake (s)
+SIGNAL_POLL_S = 0.1
 
 
 def spin_node(node_class, args=None, publishes_on_shutdown: bool = False) -> int:
@@ -26,8 +29,10 @@ def spin_node(node_class, args=None, publishes_on_shutdown: bool = False) -> int
     rclpy's own signal handlers shut the context down on SIGINT/SIGTERM, before the node is
     destroyed: a node that must still publish in ``destroy_node`` (a last command that leaves
     the arm safe) sets ``publishes_on_shutdown``. Python's handlers then take the signals (both
-    raise KeyboardInterrupt in the main thread, which the executor sees when a wait returns: such
-    a node needs a timer) and the context is shut down only after ``destroy_node``.
+    raise KeyboardInterrupt in the main thread, which the executor sees only when a wait returns)
+    and the context is shut down only after ``destroy_node``. A steady timer wakes the executor
+    every SIGNAL_POLL_S for them: the node's own timers may never fire (sim time stops while the
+    simulator pauses), and a signal would then wait forever.
 
     A node whose constructor rejects its configuration (ValueError, or rclpy refusing a parameter
     override of the wrong type or value) ends the process with
@@ -63,6 +68,8 @@ def spin_node(node_class, args=None, publishes_on_shutdown: bool = False) -> int
     # what start-up built (models, plans, buffers) lives as long as the node: keep the
     # collector from scanning it again and again, pausing the node's timers each time
     gc.freeze()
+    if publishes_on_shutdown:
+        node.create_timer(SIGNAL_POLL_S, lambda: None, clock=Clock(clock_type=ClockType.STEADY_TIME))
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     finished = getattr(node, "finished", None)
