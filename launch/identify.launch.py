@@ -1,6 +1,7 @@
 """The identifier alone, for a robot that already publishes joint_states with effort.
 
     ros2 launch sysid_ros identify.launch.py model:=/path/arm.xml config:=/path/params.yaml
+    ros2 launch sysid_ros identify.launch.py      # the model from robot_description (robot_state_publisher's)
     ros2 service call /sysid/identify std_srvs/srv/Trigger
 
 Remap the input with ``joint_states:=/my_robot/joint_states``; ``namespace:=robot1`` moves the
@@ -18,7 +19,9 @@ from launch_ros.substitutions import FindPackageShare
 def generate_launch_description():
     share = FindPackageShare("sysid_ros")
     return LaunchDescription([
-        DeclareLaunchArgument("model", description="nominal MJCF of the arm (required)"),
+        DeclareLaunchArgument("model", default_value="", description=(
+            "nominal model of the arm (MJCF or URDF file); empty: the URDF robot_state_publisher publishes on "
+            "robot_description")),
         DeclareLaunchArgument("config", default_value=PathJoinSubstitution(
             [share, "config", "openarm_class.yaml"]), description="parameter file (its identifier section)"),
         DeclareLaunchArgument("output_dir", default_value="sysid_output",

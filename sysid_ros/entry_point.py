@@ -8,19 +8,31 @@ import sys
 import threading
 
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# publishes_on_shutdown: the longest a signal waits for the executor to wake (s)
+SIGNAL_POLL_S = 0.1
 
 
-def spin_node(node_class, args=None) -> int:
+def spin_node(node_class, args=None, publishes_on_shutdown: bool = False) -> int:
     """Run one node until shutdown, or until its ``finished`` Future (if it has one) completes;
     returns the process exit status: that Future's result, else 0.
 
     One thread: rclpy's multi-threaded executor cannot keep up with a bursty 1 kHz
     subscription (test/test_node_processes.py); a node with long work (the identifier) does it
     in a thread of its own.
+
+    rclpy's own signal handlers shut the context down on SIGINT/SIGTERM, before the node is
+    destroyed: a node that must still publish in ``destroy_node`` (a last command that leaves
+    the arm safe) sets ``publishes_on_shutdown``. Python's handlers then take the signals (both
+    raise KeyboardInterrupt in the main thread, which the executor sees only when a wait returns)
+    and the context is shut down only after ``destroy_node``. A steady timer wakes the executor
+    every SIGNAL_POLL_S for them: the node's own timers may never fire (sim time stops while the
+    simulator pauses), and a signal would then wait forever.
 
     A node whose constructor rejects its configuration (ValueError, or rclpy refusing a parameter
     override of the wrong type or value) ends the process with
@@ -29,7 +41,12 @@ def spin_node(node_class, args=None) -> int:
     SIGINT/SIGTERM are ignored: pressing Ctrl-C twice must not cut a clean-up (the Damiao
     bridge disabling its motors) short.
     """
-    rclpy.init(args=args)
+    if publishes_on_shutdown:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    else:
+        rclpy.init(args=args)
     try:
         node = node_class()
     except (Exception, KeyboardInterrupt) as err:
@@ -51,6 +68,8 @@ def spin_node(node_class, args=None) -> int:
     # what start-up built (models, plans, buffers) lives as long as the node: keep the
     # collector from scanning it again and again, pausing the node's timers each time
     gc.freeze()
+    if publishes_on_shutdown:
+        node.create_timer(SIGNAL_POLL_S, lambda: None, clock=Clock(clock_type=ClockType.STEADY_TIME))
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     finished = getattr(node, "finished", None)

@@ -5,8 +5,9 @@ Subscribes
     joints, matched to the model by name (any order, extra joints ignored). Reliable, with a
     queue of JOINT_STATES_DEPTH messages: a loaded machine delivers a 1 kHz stream in bursts.
     sysid/done (std_msgs/Bool, transient local): the excitation ended (identify_on_done).
-    robot_description (std_msgs/String, transient local): the arm's URDF, as
-    robot_state_publisher publishes it; the model when parameter ``model`` is empty.
+    robot_description (std_msgs/String, transient local): the arm's URDF (or MJCF), as
+    robot_state_publisher publishes it; the model when parameter ``model`` is empty. The first
+    description that loads is kept (sysid_ros.robot_description, as trajectory_publisher's).
 Services
     sysid/identify (std_srvs/Trigger): identify from everything recorded so far (or from the
     bag of parameter ``recording``); the recording is kept, so the call can be repeated with
@@ -81,6 +82,7 @@ from sysid_core.results.plots import write_plots
 from sysid_core.results.report import format_result
 from sysid_core.simulation import simulation_timing
 from sysid_ros.entry_point import spin_node
+from sysid_ros.robot_description import RobotDescription
 
 EFFORT_MODES = ("torque", "current", "gravity_compensated")
 DEFAULT_CAPACITY = 600_000  # 10 min at 1 kHz
@@ -304,7 +306,8 @@ class Identifier(Node):
         self._load_failure = None  # (key, reason) of the last failed load, not retried per message
         self._buffer: SampleBuffer | None = None
         self._layouts = {}  # JointState name tuple -> indices into [position|velocity|effort], or a reason
-        self._description = None  # the URDF last received on robot_description
+        # the model when parameter 'model' is empty (issue 14)
+        self._description = RobotDescription(self, self._on_robot_description)
         self._reset_counters()
         self._receive_stamped = False
         self._ensure_buffer()
@@ -344,14 +347,12 @@ class Identifier(Node):
                                    "when done")
         else:
             self.get_logger().warning(f"not recording {topic} until parameter 'model' names a loadable MJCF or "
-                                      "URDF, or a URDF arrives on robot_description")
+                                      f"URDF; {self._description.waiting}")
 
     def _create_recording_io(self) -> None:
-        """robot_description in; sysid/save_recording; sysid/payload out (issue 14)."""
+        """sysid/save_recording; sysid/payload out (issue 14)."""
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self._description_sub = self.create_subscription(String, "robot_description", self._on_robot_description,
-                                                         latched)
         self._payload_pub = self.create_publisher(Inertia, "sysid/payload", latched)
         self.create_service(Trigger, "sysid/save_recording", self._on_save_recording)
 
@@ -406,12 +407,14 @@ class Identifier(Node):
         """The nominal robot of the current ``model``/``terminal_body``, loaded when they changed."""
         model, terminal = self._param("model"), self._param("terminal_body")
         where = model
-        if not model and self._description is not None:
-            model, where = self._description, f"the URDF of {self._description_sub.topic_name}"
+        # the description as text: terminal_body may differ from the one it was first loaded with
+        if not model and self._description.text is not None:
+            model, where = self._description.text, f"the model of {self._description.topic}"
         if not model:
-            raise ModelError("parameter 'model' is empty and no robot_description was received: set it to the "
-                             "nominal MJCF or URDF of the arm (ros2 param set "
-                             f"{self.get_fully_qualified_name()} model /path/arm.xml) or publish the URDF")
+            received = self._description.error or "no robot_description was received"
+            raise ModelError(f"parameter 'model' is empty and {received}: set it to the nominal MJCF or URDF of "
+                             f"the arm (ros2 param set {self.get_fully_qualified_name()} model /path/arm.xml) or "
+                             "publish the URDF")
         key = (model, terminal)
         with self._robot_lock:
             if self._robot_key != key:
@@ -421,9 +424,8 @@ class Identifier(Node):
                                        f"terminal body '{self._robot.terminal_body}'")
             return self._robot
 
-    def _on_robot_description(self, msg: String) -> None:
+    def _on_robot_description(self, robot: Robot) -> None:
         with self._lock:
-            self._description = msg.data
             self._load_failure = None  # a new model to try
             if self._param("model"):
                 self.get_logger().info("robot_description received; parameter 'model' takes precedence")
@@ -441,7 +443,8 @@ class Identifier(Node):
             robot = self._robot_for_parameters()
         except SysidError as err:
             self._load_failure = (key, str(err))
-            self.get_logger().error(f"no model loaded, JointState messages are rejected: {err}")
+            if key[0]:  # waiting for robot_description is no error: the constructor and RobotDescription say so
+                self.get_logger().error(f"no model loaded, JointState messages are rejected: {err}")
             return False
         self._buffer = SampleBuffer(self._capacity, robot.joint_names)
         self._layouts.clear()

@@ -1,23 +1,42 @@
-"""Plays an excitation on the arm: streamed MIT-mode commands, or one JointTrajectory.
+"""Plays an excitation on the arm: MIT-mode commands, a JointTrajectory, or a forward_command_controller's.
 
 From the pose measured on ``joint_states`` the node builds the whole profile with the core
 (approach from rest, the excitation, back to rest: ``excitation_with_approach_and_rest``),
-adds the nominal model's inverse-dynamics feed-forward, and streams it on
-``sysid/joint_command`` (JointState: position, velocity, effort = feed-forward torque) at
-``rate_hz``. The sample sent is the one due at the node clock's elapsed time, so the node
-follows a simulation with ``use_sim_time``. After the profile, and after ``sysid/stop``, it keeps
-streaming a hold command (a pose, zero velocity, the gravity torque there): the simulator and
-the Damiao bridge drop to damping only when commands stop, and the arm would sag.
+adds the nominal model's inverse-dynamics feed-forward, and sends it as parameter ``output`` says:
 
-With ``send_trajectory`` it instead publishes the profile once as a JointTrajectory for a
-ros2_control joint_trajectory_controller (topic
-``joint_trajectory_controller/joint_trajectory``, remap it to the controller's) and only reports progress by time.
+- ``joint_command`` (default): streams ``sysid/joint_command`` (JointState: position, velocity,
+  effort = feed-forward torque) at ``rate_hz``, for the Damiao bridge and the simulator.
+- ``joint_trajectory``: publishes the profile once as a JointTrajectory for a ros2_control
+  joint_trajectory_controller on ``<controller>/joint_trajectory`` (``controller`` defaults to
+  ``joint_trajectory_controller``) and only reports progress by time.
+- ``forward_position``: streams the positions (std_msgs/Float64MultiArray) to a ros2_control
+  forward_command_controller on ``<controller>/commands`` (``controller`` defaults to
+  ``forward_position_controller``), in the order of ``controller_joints`` (default: the model's).
+- ``forward_effort``: streams joint torques to a forward_command_controller on efforts
+  (``controller`` defaults to ``forward_effort_controller``): the feed-forward plus a PD on the
+  measured state, tau = tau_ff + effort_kp (q_des - q) + effort_kd (dq_des - dq), closed by this
+  node on ``joint_states`` (effort_kp, effort_kd: one per controller joint or one for all; they
+  must be given, 0 and 0 for feed-forward alone). DANGEROUS: nothing but this node keeps the arm
+  up, and the controller applies the last torque it got until another controller takes over.
+  A run stops when ``joint_states`` is older than ``state_timeout_s`` (wall time); holding, and
+  the last command the node sends when it shuts down, are the gravity torque at the measured pose
+  (the arm floats there as well as the model is right; zero torque would drop it).
+
+The sample sent is the one due at the node clock's elapsed time, so the node follows a simulation
+with ``use_sim_time``. After the profile, and after ``sysid/stop``, streamed outputs keep sending a
+hold command (a pose, zero velocity, the gravity torque there): the simulator and the Damiao bridge
+drop to damping only when commands stop, and the arm would sag. On shutdown (Ctrl-C, SIGTERM) a
+run in progress is stopped at the measured pose first (a joint_trajectory_controller would
+otherwise play the trajectory to its end).
+
+The nominal model: the ``model`` file (MJCF or URDF) or, when ``model`` is empty, the text
+published on ``robot_description`` (see ``robot_description``).
 
 The excitation (parameter ``excitation``): ``multisine`` (random sinusoids scaled to
 ``amplitude_fraction`` of each joint's range and to ``max_velocity``, seeded by ``seed``);
 ``optimized`` (a Fourier series at rest at both ends whose base regressor is best conditioned,
 within the joint range, ``max_velocity`` and the model's actuator torque limits; the search
-takes up to ``excitation_time_limit`` s when the node starts); ``file`` (replay
+takes up to ``excitation_time_limit`` s when the model is loaded); ``file`` (replay
 ``trajectory_file``, a .json or .csv written by ``sysid-identify --save-trajectory`` or
 ``save_trajectory``: resampled to ``rate_hz`` when its duration is a whole number of periods
 there, refused when not, when its joints differ from the model's, when it leaves the joint
@@ -27,12 +46,16 @@ range or exceeds ``max_velocity``). ``duration`` applies to the first two.
 ``sysid/done``: Bool, transient local; False when a run starts or is stopped, True once the
 arm is back at rest.
 """
+import time
+
 from builtin_interfaces.msg import Duration
 import numpy as np
+from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool, Float32
+from std_msgs.msg import Bool, Float32, Float64MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -40,20 +63,28 @@ from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
 from sysid_core.excitation.multisine import excitation_with_approach_and_rest, multisine
 from sysid_core.excitation.trajectory import load_trajectory, resample
+from sysid_core.simulation import mit_torque
 from sysid_ros.entry_point import spin_node
+from sysid_ros.robot_description import RobotDescription
 
 EXCITATIONS = ('multisine', 'optimized', 'file')
+OUTPUTS = ('joint_command', 'joint_trajectory', 'forward_position', 'forward_effort')
+# ros2_control outputs: the controller names of the ros2_control demos
+DEFAULT_CONTROLLERS = {'joint_trajectory': 'joint_trajectory_controller',
+                       'forward_position': 'forward_position_controller',
+                       'forward_effort': 'forward_effort_controller'}
 # a replayed file may exceed max_velocity or the joint range by rounding only
 FILE_TOLERANCE = 1e-9
-# send_trajectory: time the controller gets to stop at the measured pose on sysid/stop (s)
+# joint_trajectory: time the controller gets to stop at the measured pose on sysid/stop (s)
 STOP_TIME_S = 0.1
 WARN_PERIOD_S = 5.0
 
 
 class TrajectoryPublisher(Node):
-    """Excitation player. Public for tests: ``robot`` (None if the model failed), ``error`` (why
-    it cannot run), ``plan`` (the excitation Trajectory), ``profile`` (the Trajectory of the current
-    run), ``excitation`` (the plan's slice of it), ``feedforward`` (N, n) N m."""
+    """Excitation player. Public for tests: ``robot`` (None if the model failed or is awaited),
+    ``error`` (why it cannot run), ``plan`` (the excitation Trajectory), ``profile`` (the Trajectory
+    of the current run), ``excitation`` (the plan's slice of it), ``feedforward`` (N, n) N m,
+    ``controller_joints`` (the forward outputs' joint order)."""
 
     def __init__(self, **kwargs):
         super().__init__('trajectory_publisher', **kwargs)
@@ -67,26 +98,44 @@ class TrajectoryPublisher(Node):
         self.declare_parameter('trajectory_file', '')
         self.declare_parameter('excitation_time_limit', 30.0)
         self.declare_parameter('autostart', True)
-        self.declare_parameter('send_trajectory', False)
+        self.declare_parameter('output', 'joint_command')
+        self.declare_parameter('controller', '')
+        self.declare_parameter('controller_joints', Parameter.Type.STRING_ARRAY)
+        self.declare_parameter('effort_kp', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('effort_kd', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('state_timeout_s', 0.1)
 
         self.robot = self.plan = None
         self.error = None
         self.profile = self.excitation = self.feedforward = None
+        self.controller_joints = None
         self._rate = float(self.get_parameter('rate_hz').value)
         self._max_velocity = float(self.get_parameter('max_velocity').value)
-        self._send_trajectory = bool(self.get_parameter('send_trajectory').value)
+        self._output = self.get_parameter('output').value
         self._autostart = bool(self.get_parameter('autostart').value)
+        self._state_timeout = float(self.get_parameter('state_timeout_s').value)
         self._q_measured = None       # (n,) rad, latest complete pose from joint_states
+        self._dq_measured = None      # (n,) rad/s, its velocity (None when joint_states has none)
+        self._measured_at = None      # time.monotonic() of the latest pose
         self._pose_error = None       # why joint_states cannot give the pose
         self._state_index = None      # (names of the last message, robot joint -> message index)
+        self._order = None            # (n,) model joint index of each controller_joints slot
+        self._kp = self._kd = None    # (n,) forward_effort gains, model joint order
         self._start_ns = None         # node clock at the start of the run
         self._hold = None             # (q, dq = 0, ff) streamed while holding
         self._mode = 'idle'           # idle | running | holding
         self._percent = -1            # last whole percent of progress published
+        self._description = None      # RobotDescription when the model comes from the topic
 
-        self._command_pub = self.create_publisher(JointState, 'sysid/joint_command', 10)
-        self._trajectory_pub = self.create_publisher(
-            JointTrajectory, 'joint_trajectory_controller/joint_trajectory', 1)
+        self._command_pub = self._trajectory_pub = self._forward_pub = None
+        # relative, as the controllers subscribe: follows the namespace
+        controller = self.get_parameter('controller').value or DEFAULT_CONTROLLERS.get(self._output)
+        if self._output == 'joint_command':
+            self._command_pub = self.create_publisher(JointState, 'sysid/joint_command', 10)
+        elif self._output == 'joint_trajectory':
+            self._trajectory_pub = self.create_publisher(JointTrajectory, f'{controller}/joint_trajectory', 1)
+        elif self._output in DEFAULT_CONTROLLERS:
+            self._forward_pub = self.create_publisher(Float64MultiArray, f'{controller}/commands', 10)
         self._progress_pub = self.create_publisher(Float32, 'sysid/progress', 10)
         self._done_pub = self.create_publisher(
             Bool, 'sysid/done', QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
@@ -96,31 +145,78 @@ class TrajectoryPublisher(Node):
         self.create_service(Trigger, 'sysid/stop', self._on_stop)
 
         try:
-            self._load()
+            self._check_parameters()
+            path = self.get_parameter('model').value
+            if path:
+                self._use_robot(load_robot(path), path)
+            else:
+                self._description = RobotDescription(self, self._on_robot_description)
+                self.get_logger().info(self._description.waiting)
         except (SysidError, ValueError) as exc:
-            self.error = f'cannot play an excitation: {exc}'
-            self.get_logger().error(self.error)
+            self._fail(exc)
         # the node clock (sim time with use_sim_time) paces the stream and indexes the profile
         self._timer = self.create_timer(1.0 / self._rate if self._rate > 0 else 1.0, self._on_timer)
 
-    def _load(self):
-        """Load the nominal model and plan the excitation; raises SysidError or ValueError."""
-        path = self.get_parameter('model').value
-        if not path:
-            raise ValueError("parameter 'model' (path of the nominal MJCF model) is empty")
+    def _check_parameters(self):
+        """Raise ValueError for parameters that cannot work with any model."""
+        if self._output not in OUTPUTS:
+            raise ValueError(f"unknown output '{self._output}' (supported: {', '.join(OUTPUTS)})")
         kind = self.get_parameter('excitation').value
         if kind not in EXCITATIONS:
             raise ValueError(f"unknown excitation '{kind}' (supported: {', '.join(EXCITATIONS)})")
         if not (self._rate > 0 and self._max_velocity > 0):
             raise ValueError(f'rate_hz and max_velocity must be > 0, got {self._rate} and {self._max_velocity}')
-        robot = load_robot(path)
+        if not self._state_timeout > 0:
+            raise ValueError(f'state_timeout_s must be > 0, got {self._state_timeout}')
+
+    def _fail(self, exc):
+        self.error = f'cannot play an excitation: {exc}'
+        self.get_logger().error(self.error)
+
+    def _on_robot_description(self, robot):
+        try:
+            self._use_robot(robot, self._description.topic)
+        except (SysidError, ValueError) as exc:
+            self._fail(exc)
+
+    def _use_robot(self, robot, where: str):
+        """Check the controller's joints, plan the excitation for ``robot``; raises SysidError or ValueError."""
+        if self._forward_pub is not None:
+            self.controller_joints, self._order = _controller_order(self._optional('controller_joints'),
+                                                                     robot.joint_names)
+            if self._output == 'forward_effort':
+                self._kp, self._kd = (self._gain(name, len(robot.joint_names)) for name in ('effort_kp', 'effort_kd'))
+        kind = self.get_parameter('excitation').value
         self.plan = self._plan(kind, robot)
         self.robot = robot  # only once there is a plan: start() needs both
         # the first inverse-dynamics call pays a one-off setup; do it here, not when starting
         self.robot.inverse_dynamics(self.plan.q[:2], self.plan.dq[:2], self.plan.ddq[:2])
+        to = f', to {self._forward_pub.topic_name} in order {self.controller_joints}' if self._forward_pub else ''
         self.get_logger().info(
-            f'{kind} excitation of {self.plan.time[-1]:g} s at {self._rate:g} Hz for {path} '
-            f'({self.robot.n_joints} joints {list(self.robot.joint_names)})')
+            f'{kind} excitation of {self.plan.time[-1]:g} s at {self._rate:g} Hz for {where} '
+            f'({self.robot.n_joints} joints {list(self.robot.joint_names)}){to}')
+
+    def _optional(self, name):
+        """A parameter declared by type: its value, or None when not given."""
+        try:
+            return self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return None
+
+    def _gain(self, name: str, n: int) -> np.ndarray:
+        """forward_effort gain ``name`` (n,) in model joint order, from one value per controller joint or one."""
+        value = self._optional(name)
+        if value is None or len(value) == 0:
+            raise ValueError(f'output forward_effort closes the loop on joint_states: set {name} (one value per '
+                             f'controller joint {list(self.controller_joints)}, or one for all; 0 for '
+                             f'feed-forward alone)')
+        gain = np.array(value, dtype=float)
+        gain = np.full(n, gain[0]) if gain.size == 1 else gain
+        if gain.shape != (n,) or not np.all(np.isfinite(gain)) or np.any(gain < 0):
+            raise ValueError(f'{name} must hold 1 or {n} finite values >= 0, got {list(value)}')
+        model_order = np.empty(n)
+        model_order[self._order] = gain
+        return model_order
 
     def _plan(self, kind: str, robot):
         """The excitation Trajectory at rate_hz for ``robot``; raises SysidError or ValueError."""
@@ -174,6 +270,13 @@ class TrajectoryPublisher(Node):
         index = self._state_index[1]
         if index is not None and len(msg.position) == len(names):
             self._q_measured = np.asarray(msg.position, dtype=float)[index]
+            self._dq_measured = (np.asarray(msg.velocity, dtype=float)[index] if len(msg.velocity) == len(names)
+                                 else None)
+            if self._mode == 'holding' and self._output == 'forward_effort' and self._stale():
+                # back after a silence the arm floated through: hold it where it is now, not pull
+                # it back to where it was
+                self._hold = (self._q_measured.copy(), *self._hold[1:])
+            self._measured_at = time.monotonic()
 
     def _on_timer(self):
         if self._autostart and self._mode == 'idle' and self._q_measured is not None:
@@ -184,10 +287,15 @@ class TrajectoryPublisher(Node):
             else:  # e.g. the controller is not up yet: try again on the next tick
                 self.get_logger().warning(f'autostart: {message}', throttle_duration_sec=WARN_PERIOD_S)
             return  # start() sent the first sample
-        if self._mode == 'running':
+        if self._mode == 'running' and self._output == 'forward_effort' and self._stale():
+            # feedback on an old pose would push the arm wherever the error says
+            self.get_logger().error(f'joint_states older than {self._state_timeout:g} s: run stopped, '
+                                    f'holding the last measured pose against gravity')
+            self.stop()
+        elif self._mode == 'running':
             self._play()
-        elif self._mode == 'holding' and not self._send_trajectory:
-            self._publish_command(*self._hold)
+        elif self._mode == 'holding' and self._output != 'joint_trajectory':
+            self._send(*self._hold)
 
     def _on_start(self, request, response):
         response.success, response.message = self.start()
@@ -204,8 +312,14 @@ class TrajectoryPublisher(Node):
         reason = self._why_not_ready()
         if reason:
             return False, reason
-        if self._send_trajectory and self._trajectory_pub.get_subscription_count() == 0:
-            return False, f'no subscriber on {self._trajectory_pub.topic_name}: start the controller first'
+        target = self._trajectory_pub or self._forward_pub
+        if target is not None and target.get_subscription_count() == 0:
+            return False, f'no subscriber on {target.topic_name}: start the controller first'
+        if self._output == 'forward_effort':
+            if self._dq_measured is None and np.any(self._kd > 0):
+                return False, 'joint_states carries no velocity: effort_kd needs it'
+            if self._stale():
+                return False, f'joint_states is older than state_timeout_s {self._state_timeout:g} s'
         robot = self.robot
         try:
             self.profile, self.excitation = excitation_with_approach_and_rest(
@@ -214,7 +328,7 @@ class TrajectoryPublisher(Node):
             self.get_logger().error(f'cannot build the profile: {exc}')
             return False, f'cannot build the profile: {exc}'
         self.feedforward = robot.inverse_dynamics(self.profile.q, self.profile.dq, self.profile.ddq)
-        if self._send_trajectory:
+        if self._trajectory_pub is not None:
             self._trajectory_pub.publish(self._trajectory_message(self.profile))
         self._start_ns = self.get_clock().now().nanoseconds
         self._mode = 'running'
@@ -232,17 +346,34 @@ class TrajectoryPublisher(Node):
             return False, reason
         q = self._q_measured.copy()
         zero = np.zeros_like(q)
-        self._hold = (q, zero, self.robot.inverse_dynamics(q, zero, zero)[0])
+        self._hold = (q, zero, self._gravity(q))
         self._mode = 'holding'
         self._done_pub.publish(Bool(data=False))
-        if self._send_trajectory:
+        if self._trajectory_pub is not None:
             self._trajectory_pub.publish(self._trajectory_message(None, hold=q))
         else:
-            self._publish_command(*self._hold)
+            self._send(*self._hold)
         return True, 'stopped: holding the measured pose'
+
+    def destroy_node(self):
+        """Leave the arm safe before the node goes: stop a run at the measured pose; on efforts, end
+        with the gravity torque there, without feedback (the controller keeps applying it).
+
+        Needs the context alive: spin_node(..., publishes_on_shutdown=True) keeps it so on a signal.
+        """
+        # getattr: a constructor that failed early leaves a node without the run's state
+        if self.context.ok() and getattr(self, '_mode', 'idle') != 'idle' and self._why_not_ready() is None:
+            if self._mode == 'running':
+                self.stop()
+            if self._output == 'forward_effort':
+                self._forward_pub.publish(Float64MultiArray(data=self._gravity(self._q_measured)[self._order].tolist()))
+            self.get_logger().info('shut down: arm left at the measured pose')
+        super().destroy_node()
 
     def _why_not_ready(self) -> str | None:
         if self.robot is None:
+            if self.error is None and self._description is not None:
+                return self._description.error or self._description.waiting
             return self.error
         if self._q_measured is None:
             return self._pose_error or 'no /joint_states received yet'
@@ -262,6 +393,14 @@ class TrajectoryPublisher(Node):
         self._pose_error = None
         return np.array([where[name] for name in self.robot.joint_names])
 
+    def _stale(self) -> bool:
+        return time.monotonic() - self._measured_at > self._state_timeout
+
+    def _gravity(self, q) -> np.ndarray:
+        """(n,) N m holding ``q`` at rest under the nominal model."""
+        zero = np.zeros_like(q)
+        return self.robot.inverse_dynamics(q, zero, zero)[0]
+
     def _play(self):
         """Send the profile sample due now; finish (hold, done) at its end."""
         last = len(self.profile.time) - 1
@@ -269,8 +408,8 @@ class TrajectoryPublisher(Node):
         elapsed_ns = now.nanoseconds - self._start_ns
         # the small offset keeps a sample due exactly now from rounding down to the previous one
         i = min(max(int(elapsed_ns * 1e-9 * self._rate + 1e-6), 0), last)
-        if not self._send_trajectory:
-            self._publish_command(self.profile.q[i], self.profile.dq[i], self.feedforward[i], now)
+        if self._trajectory_pub is None:
+            self._send(self.profile.q[i], self.profile.dq[i], self.feedforward[i], now)
         # whole percents are plenty for a progress bar and spare the subscribers 500 messages/s
         percent = 100 * i // last
         if percent != self._percent:
@@ -282,11 +421,25 @@ class TrajectoryPublisher(Node):
             self._done_pub.publish(Bool(data=True))
             self.get_logger().info('excitation done, arm at rest')
 
-    def _publish_command(self, q, dq, effort, now=None):
-        msg = JointState(name=list(self.robot.joint_names), position=q.tolist(), velocity=dq.tolist(),
-                         effort=effort.tolist())
-        msg.header.stamp = (self.get_clock().now() if now is None else now).to_msg()
-        self._command_pub.publish(msg)
+    def _send(self, q, dq, effort, now=None):
+        """Stream one command: desired ``q`` rad, ``dq`` rad/s, feed-forward ``effort`` N m, (n,) each."""
+        if self._command_pub is not None:
+            msg = JointState(name=list(self.robot.joint_names), position=q.tolist(), velocity=dq.tolist(),
+                             effort=effort.tolist())
+            msg.header.stamp = (self.get_clock().now() if now is None else now).to_msg()
+            self._command_pub.publish(msg)
+            return
+        if self._output == 'forward_position':
+            values = q
+        elif self._mode == 'holding':
+            # against gravity where the arm is; the PD pulls it back to the hold pose when it fed back
+            feedback = not self._stale()
+            values = mit_torque(self._q_measured, self._dq_measured if self._dq_measured is not None else 0.0, q, dq,
+                                self._gravity(self._q_measured), self._kp * feedback, self._kd * feedback)
+        else:
+            dq_measured = self._dq_measured if self._dq_measured is not None else dq
+            values = mit_torque(self._q_measured, dq_measured, q, dq, effort, self._kp, self._kd)
+        self._forward_pub.publish(Float64MultiArray(data=values[self._order].tolist()))
 
     def _trajectory_message(self, profile, hold=None) -> JointTrajectory:
         """The profile as a JointTrajectory (stamp 0: start on receipt), or one point at ``hold``.
@@ -305,13 +458,30 @@ class TrajectoryPublisher(Node):
         return msg
 
 
+def _controller_order(names, model_joints) -> tuple[tuple, np.ndarray]:
+    """(controller joint names, (n,) model index of each) for ``names`` (None or empty: the model's
+    order); raises ValueError unless they are the model's joints, each once."""
+    if not names:
+        return tuple(model_joints), np.arange(len(model_joints))
+    names = tuple(names)
+    missing = [j for j in model_joints if j not in names]
+    unknown = [j for j in names if j not in model_joints]
+    repeated = sorted({j for j in names if names.count(j) > 1})
+    if missing or unknown or repeated:
+        problems = '; '.join(f'{what} {which}' for what, which in (
+            ('missing', missing), ('not in the model', unknown), ('repeated', repeated)) if which)
+        raise ValueError(f'controller_joints {list(names)} must list the model\'s joints {list(model_joints)} '
+                         f'each once: {problems}')
+    return names, np.array([model_joints.index(j) for j in names])
+
+
 def _duration(seconds: float) -> Duration:
     sec, nanosec = divmod(int(round(seconds * 1e9)), 1_000_000_000)
     return Duration(sec=sec, nanosec=nanosec)
 
 
-def main(args=None):
-    spin_node(TrajectoryPublisher, args)
+def main(args=None) -> int:
+    return spin_node(TrajectoryPublisher, args, publishes_on_shutdown=True)
 
 
 if __name__ == '__main__':

@@ -10,16 +10,19 @@ import pytest
 from conftest import run_python
 
 SCRIPT = textwrap.dedent("""
-    import faulthandler, os, signal, sys, time
+    import faulthandler, os, signal, sys, threading, time
     faulthandler.dump_traceback_later(30, exit=True)  # a hang shows its stacks and ends
     from rclpy.node import Node
+    from rclpy.parameter import Parameter
     from sysid_ros.entry_point import spin_node
 
     MODE = sys.argv[1]
+    STOPPED_CLOCK = MODE == "stopped_clock"  # sim time with no /clock: the node's timer never fires
 
     class Probe(Node):
         def __init__(self):
-            super().__init__("entry_point_probe")
+            super().__init__("entry_point_probe", parameter_overrides=[
+                Parameter("use_sim_time", value=STOPPED_CLOCK)])
             if MODE == "bad":
                 raise ValueError("parameter 'joint_names' is empty")
             if MODE == "start":
@@ -27,6 +30,9 @@ SCRIPT = textwrap.dedent("""
                 time.sleep(2.0)
                 print("constructor finished", flush=True)
             self.create_timer(0.05, self.stop)
+            if STOPPED_CLOCK:
+                print("spinning", flush=True)
+                threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
 
         def stop(self):
             print("spinning", flush=True)
@@ -40,7 +46,7 @@ SCRIPT = textwrap.dedent("""
             print("clean-up complete", flush=True)
             return super().destroy_node()
 
-    spin_node(Probe)
+    spin_node(Probe, publishes_on_shutdown=STOPPED_CLOCK)
     print("main returned", flush=True)
 """)
 
@@ -54,6 +60,15 @@ def run(tmp_path, mode):
 @pytest.mark.parametrize("mode", ["sigint", "sigterm"])
 def test_a_signal_while_spinning_destroys_the_node_and_returns(tmp_path, mode):
     done = run(tmp_path, mode)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["spinning", "clean-up", "complete", "main", "returned"], done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_node_that_publishes_on_shutdown_ends_on_ctrl_c_while_its_clock_stands_still(tmp_path):
+    """trajectory_publisher on the sim time of a paused simulator: no timer of its own fires, yet
+    Ctrl-C must reach Python's handler and destroy the node (its last safe command)."""
+    done = run(tmp_path, "stopped_clock")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["spinning", "clean-up", "complete", "main", "returned"], done.stdout + done.stderr
     assert "Traceback" not in done.stderr

@@ -240,6 +240,36 @@ def test_the_model_from_robot_description_and_the_payload_as_inertia(executor, n
     assert np.all(np.linalg.eigvalsh(inertia) > 0)
 
 
+def test_robot_description_that_does_not_load_is_answered_and_the_first_that_loads_is_kept(executor, nodes, tmp_path):
+    """The identifier takes robot_description as trajectory_publisher does (sysid_ros.robot_description):
+    why a description did not load is in the answer, the first that loads is the model (terminal_body
+    still applies to it), and a different one later is ignored: the recording keeps its model."""
+    identifier = make_identifier(nodes, namespace="/described", model="", output_dir=str(tmp_path), plots=False)
+    client = nodes(plain_node, unique("client"))
+    describer = nodes(plain_node, unique("robot_state_publisher"))
+    description = describer.create_publisher(String, "/described/robot_description", LATCHED)
+    assert spin_until(executor, lambda: description.get_subscription_count() >= 1)
+    description.publish(String(data="<robot name='broken'><link name='base'/></robot>"))
+    assert spin_until(executor, lambda: identifier._description.error is not None)
+    response = call(executor, client, "/described/sysid/identify")
+    assert not response.success and identifier.buffer is None
+    assert "parameter 'model' is empty and cannot load the model from /described/robot_description" \
+        in response.message, response.message
+
+    panda = (MODELS / "urdf" / "panda_class_payload.urdf").read_text()
+    description.publish(String(data=panda))
+    assert spin_until(executor, lambda: identifier.buffer is not None), "the corrected description was not taken"
+    joints = load_robot(panda).joint_names
+    assert identifier.buffer.joint_names == joints
+    identifier.set_parameters([Parameter("terminal_body", value="link6")])
+    assert identifier._robot_for_parameters().terminal_body == "link6"
+
+    description.publish(String(data=(MODELS / "urdf" / "ur5e.urdf").read_text()))
+    spin_until(executor, lambda: False, timeout=0.5)
+    assert identifier.buffer.joint_names == joints
+    assert identifier._robot_for_parameters().joint_names == joints
+
+
 def test_the_saved_recording_identifies_to_the_same_numbers(data, executor, nodes, tmp_path):
     nominal, _, recording = data
     identifier = make_identifier(nodes, output_dir=str(tmp_path / "live"), plots=False,

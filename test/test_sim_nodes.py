@@ -341,9 +341,9 @@ def test_stop_holds_the_measured_pose(harness, openarm):
     assert np.abs(dq[settled]).max() < 0.05
 
 
-def test_send_trajectory_publishes_the_profile_once(harness, openarm):
+def test_joint_trajectory_output_publishes_the_profile_once(harness, openarm):
     probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
-    pub = _publisher(harness, duration=1.0, send_trajectory=True, autostart=False)
+    pub = _publisher(harness, duration=1.0, output="joint_trajectory", autostart=False)
     clock_pub = probe.create_publisher(Clock, "/clock", 10)
     state_pub = probe.create_publisher(JointState, "joint_states", 10)
     rec = harness.add(Recorder(harness.context))
