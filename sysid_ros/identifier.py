@@ -653,8 +653,11 @@ class Identifier(Node):
             success, message, status, figures = self._identify()
             answered.set_result((success, message, status))
             if auto:
-                log = self.get_logger().info if success else self.get_logger().error
-                log(f"identify_on_done: {message}")
+                # one call site per severity: rclpy refuses a call site whose severity changes
+                if success:
+                    self.get_logger().info(f"identify_on_done: {message}")
+                else:
+                    self.get_logger().error(f"identify_on_done: {message}")
             if figures is not None:
                 figures()
         if auto and self._param("exit_when_done") and not self.finished.done():
