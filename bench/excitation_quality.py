@@ -1,0 +1,221 @@
+"""Does the optimized excitation give better parameters than the multisine? On the real-arm corpus.
+
+For each arm of test/models/real_arms, each scope and each seed, two excitations of the same
+duration at 1 kHz for the nominal (published) arm:
+
+* the multisine of ``sysid-identify`` (seed s), capped at 2 rad/s and slowed until the nominal
+  torques fit the file's actuator limits (as the CLI does);
+* ``optimize_excitation`` (seed s, the scope's default criterion or ``--criteria``, the CLI's
+  default time limit unless ``--time-limit``), within the same limits.
+
+Each is scored by the condition number of its base regressor (raw and with unit-norm columns) and
+by the estimates it gives: the arm with the payload of ``arm_corpus.with_payload`` welded on is
+the truth; its joint torques along the plan (``--torques mujoco``: MuJoCo's inverse dynamics,
+``ideal_recording``; ``model``: the identification model's own equation of the truth arm, so that
+the comparison sees the noise only) plus Gaussian noise of ``--noise-scale`` times the default
+0.02 N m are identified (WLS, Coulomb and viscous friction) in the scope. Errors:
+
+* terminal scope, the payload (the identified terminal body minus the nominal one): mass error
+  relative to the payload's mass, centre-of-mass error (mm), and the error of its inertia about its
+  centre of mass relative to the true one (Frobenius norms);
+* full scope, the base parameters: ||S (beta_hat - beta)|| / ||S beta||, S each base column's RMS on
+  random states (an error in units of the torque it makes).
+
+Prints medians over the seeds with their spread (25th-75th percentile) and the ratios optimized /
+multisine; the acceptance of issue 16 asks condition ratios <= 0.5 on every arm and error ratios
+<= 0.7 on at least three arms. Asserts nothing. The whole corpus at 10 seeds takes hours (one
+optimization per arm, scope and seed); ``--arms``, ``--seeds``, ``--time-limit`` select less.
+
+Run: ``.venv/bin/python bench/excitation_quality.py [--arms ur10e iiwa14] [--seeds 10]
+[--scopes terminal full] [--time-limit 60] [--criteria payload d_optimal condition]``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "test"))  # the corpus and its payload helper
+
+from arm_corpus import ARMS, arm, with_payload  # noqa: E402
+from sysid_core.dynamics.friction import JointModel  # noqa: E402
+from sysid_core.dynamics.inertia import to_com_inertia  # noqa: E402
+from sysid_core.dynamics.model import load_robot  # noqa: E402
+from sysid_core.excitation.design import (actuator_torque_limits, default_criterion, optimize_excitation,  # noqa: E402
+                                          regressor_condition)
+from sysid_core.excitation.multistart import search_workers  # noqa: E402
+from sysid_core.excitation.multisine import multisine  # noqa: E402
+from sysid_core.identification.identify import (IdentificationConfig, base_regressor, column_names,  # noqa: E402
+                                                identify, model_parameter_vector)
+from sysid_core.identification.recording import Recording  # noqa: E402
+from sysid_core.simulation import MeasurementNoise, ideal_recording  # noqa: E402
+
+DURATION = 15.0        # s, the CLI's default
+SAMPLE_RATE = 1000.0   # Hz
+MAX_VELOCITY = 2.0     # rad/s, the CLI's default
+TIME_LIMIT = 60.0      # s, the CLI's default --excitation-time-limit
+TORQUE_SHARE = 0.8     # the share of the actuator limits the CLI's multisine may use
+
+
+def slowed_multisine(robot, seed: int, duration: float):
+    """The CLI's multisine: capped at MAX_VELOCITY, slowed by 10 % steps until its nominal torques
+    stay within TORQUE_SHARE of the actuator limits."""
+    limits = actuator_torque_limits(robot)
+    velocity = MAX_VELOCITY
+    while True:
+        plan = multisine(robot.joint_range, duration, SAMPLE_RATE, seed=seed, max_velocity=velocity)
+        if limits is None or velocity < 0.05:
+            return plan
+        tau = robot.inverse_dynamics(plan.q, plan.dq, plan.ddq)
+        if np.max(np.abs(tau) / limits) <= TORQUE_SHARE:
+            return plan
+        velocity *= 0.9
+
+
+def recording(truth, plan, source: str, noise_std: float, seed: int) -> Recording:
+    """The truth arm's torques along ``plan`` plus Gaussian noise (N m)."""
+    if source == "mujoco":
+        tau = ideal_recording(truth.model, plan, truth.joint_names).tau
+    else:
+        tau = truth.inverse_dynamics(plan.q, plan.dq, plan.ddq)
+    tau = tau + np.random.default_rng(seed).normal(0.0, noise_std, tau.shape)
+    return Recording(plan.time, plan.q, plan.dq, tau, truth.joint_names, plan.ddq)
+
+
+def payload_errors(theta_hat, theta_true, theta_link) -> tuple[float, float, float]:
+    """(mass error / payload mass, CoM error mm, relative inertia error at the CoM) of the payload."""
+    true = to_com_inertia(theta_true - theta_link)
+    added = theta_hat - theta_link
+    mass = abs(added[0] - true.mass) / true.mass
+    if not added[0] > 0:  # no centre of mass to compare
+        return mass, np.inf, np.inf
+    est = to_com_inertia(added)
+    com = 1000.0 * float(np.linalg.norm(est.com - true.com))
+    return mass, com, float(np.linalg.norm(est.inertia - true.inertia) / np.linalg.norm(true.inertia))
+
+
+def base_error(robot, truth, config, result, scale) -> float:
+    """||S (beta_hat - beta)|| / ||S beta|| of the base parameters."""
+    names = column_names(robot, config)
+    beta = result.base.projection @ model_parameter_vector(truth, names)
+    return float(np.linalg.norm(scale * (result.estimate.values - beta)) / np.linalg.norm(scale * beta))
+
+
+def column_scale(robot, config, seed: int = 0) -> np.ndarray:
+    """Each base column's RMS on random states within the joint ranges (2 rad/s, 10 rad/s^2)."""
+    gen = np.random.default_rng(seed)
+    lo = np.where(np.isfinite(robot.joint_range[:, 0]), robot.joint_range[:, 0], -np.pi)
+    hi = np.where(np.isfinite(robot.joint_range[:, 1]), robot.joint_range[:, 1], np.pi)
+    count = 2000
+    q = gen.uniform(lo, hi, (count, robot.n_joints))
+    dq = gen.uniform(-MAX_VELOCITY, MAX_VELOCITY, q.shape)
+    ddq = gen.uniform(-10.0, 10.0, q.shape)
+    cols, _ = base_regressor(robot, config, q, dq, ddq)
+    return np.sqrt(np.mean(cols ** 2, axis=(0, 1)))
+
+
+def spread(values) -> str:
+    """'median [p25, p75]' of a list of numbers."""
+    v = np.asarray(values, dtype=float)
+    return f"{np.median(v):.3g} [{np.percentile(v, 25):.3g}, {np.percentile(v, 75):.3g}]"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", nargs="+", default=[a.name for a in ARMS], help="corpus arms (default: all)")
+    parser.add_argument("--scopes", nargs="+", default=["terminal", "full"], choices=["terminal", "full"])
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per arm and scope (default 10)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="optimizer budget per design, s")
+    parser.add_argument("--duration", type=float, default=DURATION, help="excitation length, s (default 15)")
+    parser.add_argument("--noise-scale", type=float, default=3.0, help="times the default 0.02 N m (default 3)")
+    parser.add_argument("--torques", choices=("mujoco", "model"), default="mujoco",
+                        help="truth torques: MuJoCo's inverse dynamics (default) or the identification model's")
+    parser.add_argument("--criteria", nargs="+", default=None,
+                        help="optimizer criteria to compare (default: the scope's default criterion)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="optimizer processes, 1 or 2 (default: search_workers, as the CLI)")
+    parser.add_argument("--verbose", action="store_true", help="print every seed's figures")
+    args = parser.parse_args(argv)
+    noise = MeasurementNoise().tau_std * args.noise_scale
+    workers = search_workers(args.time_limit) if args.workers is None else args.workers
+    print(f"{args.duration:g} s at {SAMPLE_RATE:g} Hz, {MAX_VELOCITY:g} rad/s, nominal torques within "
+          f"{TORQUE_SHARE:.0%} of the actuator limits; optimizer budget {args.time_limit:g} s on {workers} process(es); "
+          f"torques: {args.torques}, noise {noise:g} N m; seeds {args.first_seed}..{args.first_seed + args.seeds - 1}",
+          flush=True)
+    summary = []
+    for name in args.arms:
+        corpus_arm = arm(name)
+        robot = load_robot(corpus_arm.path)
+        payload = with_payload(corpus_arm.path)
+        truth = load_robot(payload.xml)
+        link = robot.nominal_parameters[robot.terminal_index]
+        theta_true = truth.nominal_parameters[truth.terminal_index]
+        for scope in args.scopes:
+            config = IdentificationConfig(scope=scope, joint_model=JointModel(("coulomb", "viscous")))
+            scale = column_scale(robot, config)
+            criteria = args.criteria or [default_criterion(config)]
+            criteria = [c for c in criteria if not (c == "payload" and scope == "full")]
+            rows = {k: [] for k in ["multisine"] + criteria}
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                plans = {"multisine": (slowed_multisine(robot, seed, args.duration), 0.0)}
+                for criterion in criteria:
+                    started = time.perf_counter()
+                    design = optimize_excitation(robot, args.duration, SAMPLE_RATE, config=config, criterion=criterion,
+                                                 seed=seed, time_limit_s=args.time_limit, max_velocity=MAX_VELOCITY,
+                                                 workers=workers)
+                    plans[criterion] = (design.trajectory, time.perf_counter() - started)
+                for label, (plan, wall) in plans.items():
+                    cond, cond_scaled = regressor_condition(robot, plan, config)
+                    rec = recording(truth, plan, args.torques, noise, 1000 + seed)
+                    result = identify(robot, rec, config)
+                    if scope == "terminal":
+                        errors = payload_errors(result.terminal_parameters, theta_true, link)
+                    else:
+                        errors = (base_error(robot, truth, config, result, scale),)
+                    rows[label].append((cond, cond_scaled) + errors)
+                    if args.verbose:
+                        print(f"  {name} {scope} seed {seed} {label:<10} cond {cond:9.1f} scaled {cond_scaled:7.2f} "
+                              f"errors {' '.join(f'{e:.3g}' for e in errors)}" + (f"  ({wall:.0f} s)" if wall else ""),
+                              flush=True)
+            base_rows = np.array(rows["multisine"])
+            for criterion in criteria:
+                opt = np.array(rows[criterion])
+                ratios = np.median(opt, axis=0) / np.median(base_rows, axis=0)
+                summary.append((name, scope, criterion, base_rows, opt, ratios))
+                labels = ["cond", "scaled"] + (["mass", "com mm", "inertia"] if scope == "terminal" else ["base err"])
+                print(f"{name:<14}{scope:<9}{criterion:<10}" + "  ".join(
+                    f"{lab} {spread(base_rows[:, k])} -> {spread(opt[:, k])} ({ratios[k]:.2f})"
+                    for k, lab in enumerate(labels)), flush=True)
+
+    print("\n| arm | scope | criterion | cond multisine | cond optimized | ratio (raw / scaled) | "
+          "error multisine | error optimized | error ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, scope, criterion, base_rows, opt, ratios in summary:
+        if scope == "terminal":
+            err_base = f"mass {spread(base_rows[:, 2])}, CoM {spread(base_rows[:, 3])} mm, I {spread(base_rows[:, 4])}"
+            err_opt = f"mass {spread(opt[:, 2])}, CoM {spread(opt[:, 3])} mm, I {spread(opt[:, 4])}"
+            err_ratio = " / ".join(f"{r:.2f}" for r in ratios[2:])
+        else:
+            err_base, err_opt, err_ratio = spread(base_rows[:, 2]), spread(opt[:, 2]), f"{ratios[2]:.2f}"
+        print(f"| {name} | {scope} | {criterion} | {spread(base_rows[:, 0])} / {spread(base_rows[:, 1])} | "
+              f"{spread(opt[:, 0])} / {spread(opt[:, 1])} | {ratios[0]:.2f} / {ratios[1]:.2f} | {err_base} | "
+              f"{err_opt} | {err_ratio} |")
+    for scope in args.scopes:
+        for criterion in sorted({s[2] for s in summary if s[1] == scope}):
+            chosen = [s for s in summary if s[1] == scope and s[2] == criterion]
+            cond_ok = sum(s[5][0] <= 0.5 for s in chosen)
+            scaled_ok = sum(s[5][1] <= 0.5 for s in chosen)
+            err_ok = sum(np.all(s[5][2:] <= 0.7) for s in chosen)
+            print(f"{scope} {criterion}: condition <= 0.5 x multisine on {cond_ok}/{len(chosen)} arms (raw), "
+                  f"{scaled_ok}/{len(chosen)} (scaled); every error <= 0.7 x on {err_ok}/{len(chosen)} arms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
