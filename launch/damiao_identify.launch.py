@@ -11,6 +11,9 @@ identification use it. ``config`` holds the bus layout, gains and limits of ever
 start and disables them when it stops (Ctrl-C). Emergency stop from another terminal:
 ``ros2 service call /sysid/damiao/disable std_srvs/srv/Trigger``. With
 ``auto_identify:=true`` (default) the identifier runs when the excitation is done.
+``effort_gains_file:=effort_gains.json`` (from ``sysid-calibrate-effort``) makes the published
+efforts true joint torques; ``ros2 service call /sysid/damiao/save_commands std_srvs/srv/Trigger``
+saves the commands sent into ``output_dir``.
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
@@ -38,8 +41,12 @@ def generate_launch_description():
         DeclareLaunchArgument("amplitude_fraction", default_value="0.2",
                               description="share of each joint's half-range the excitation sweeps"),
         DeclareLaunchArgument("max_velocity", default_value="0.3", description="rad/s, excitation and approach"),
+        DeclareLaunchArgument("effort_gains_file", default_value="",
+                              description="effort gain JSON of sysid-calibrate-effort (empty: reported efforts)"),
         Node(package="sysid_ros", executable="damiao_bridge", name="damiao_bridge", output="screen",
-             parameters=[config, {"can_channel": LaunchConfiguration("can_channel")}]),
+             parameters=[config, {"can_channel": LaunchConfiguration("can_channel"),
+                                  "effort_gains_file": LaunchConfiguration("effort_gains_file"),
+                                  "command_log_dir": LaunchConfiguration("output_dir")}]),
         Node(package="sysid_ros", executable="trajectory_publisher", name="trajectory_publisher", output="screen",
              parameters=[config, {"model": model,
                                   "amplitude_fraction": ParameterValue(LaunchConfiguration("amplitude_fraction"),

@@ -3,35 +3,53 @@
 The model is an MJCF or a URDF. With ``--recording`` (rosbag2 bags, CSV files) the data come
 from the files and no simulation runs; otherwise from a MuJoCo simulation of the excitation.
 
-Exit status: 0 on success, 2 for bad input (model, options, data), 3 when the
-identification is ill-posed or its result would be unphysical (nothing unphysical
-is ever written into a model file).
+Exit status: 0 on success (verdict good or doubtful), 2 for bad input (model, options,
+data), 3 when the identification is ill-posed, its verdict is failed (then no updated model
+is written; params.json says why) or its result would be unphysical (nothing unphysical
+is ever written into a model file), or when the simulated arm did not make the planned
+run (diverged, left its plan, saturated or hit a limit: ``TrackingError``), 130 when
+interrupted (Ctrl-C).
+
+Bad input is found before any work: every numeric option is checked, the output directory
+must take files, the run must fit the machine's memory, and a replayed trajectory must lie
+within the joint limits with derivatives that match its positions. The output directory
+never mixes runs: the files of a previous run are removed just before this run writes its
+first one.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .damiao.protocol import motor_limits
 from .dynamics.friction import JointModel
+from .dynamics.joint_physics import MujocoPhysics
 from .dynamics.model import load_robot
-from .errors import IdentificationError, SysidError
+from .errors import DataError, IdentificationError, SysidError, TrackingError
 from .excitation.criteria import CRITERIA
-from .excitation.design import optimize_excitation
+from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
 from .excitation.multistart import search_workers
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
-from .identification.filtering import FilterConfig
-from .identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify, predict_torque
+from .identification.actuator import (CommandLog, EffortGains, KnownPayload, apply_effort_gains,
+                                      calibrate_effort_gains, estimate_delay, mit_loop_correction)
+from .identification.filtering import FilterConfig, prepare
+from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
+                                      predict_torque)
 from .identification.recording_files import STAMPS, read_recordings
 from .results.export import params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
 from .results.report import format_result
-from .simulation import MeasurementNoise, default_gains, ideal_recording, simulate_tracking
+from .simulation import MeasurementNoise, ideal_recording, simulate, simulation_timing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--truth-model", type=Path,
                         help="simulate this model instead (e.g. the arm with the real payload) and report errors")
     parser.add_argument("--terminal-body", help="override the detected terminal body")
-    parser.add_argument("--estimator", choices=ESTIMATORS, default="wls",
-                        help="default wls (Gautier); consistent: WLS, then the nearest physically consistent "
-                             "parameters (what the full scope always writes)")
+    parser.add_argument("--estimator", choices=ESTIMATORS, default="consistent",
+                        help="default consistent: Gautier's WLS, then the nearest physically consistent "
+                             "parameters (a model file can hold them); wls: WLS alone, ols, ridge")
     parser.add_argument("--robust", action="store_true",
                         help="Huber IRLS: bounded weight for outlying torque samples (glitches, contacts)")
     parser.add_argument("--coulomb-smoothing", type=float, default=0.0,
@@ -99,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="rosbag2 bags (directory, .mcap or .db3) of sensor_msgs/JointState, or .csv files "
                                "(time,<joint>_position,<joint>_velocity,<joint>_effort,...); several files are "
                                "separate stretches; effort is the joint torque")
+    recorded.add_argument("--effort-gains", type=Path, metavar="FILE",
+                          help="effort gain file of a two-recording calibration (identification.actuator."
+                               "EffortGains.save): each joint's effort is multiplied by its gain (true torque / "
+                               "reported effort) before identification")
     recorded.add_argument("--topic", default="/joint_states", help="JointState topic in the bags (default /joint_states)")
     recorded.add_argument("--stamps", choices=STAMPS, default="header",
                           help="header: the messages' header stamps (default); receive: when the recorder got them")
@@ -139,7 +161,7 @@ def _check_recording_options(args: argparse.Namespace) -> None:
         if not 0.0 <= args.validation_fraction < 1.0:
             raise SysidError(f"--validation-fraction must be in [0, 1), got {args.validation_fraction}")
     else:
-        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction")
+        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction", "effort_gains")
                  if getattr(args, name) != parser.get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)} only apply with --recording")
@@ -151,6 +173,11 @@ def _recorded_data(args: argparse.Namespace, robot):
     loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
     print(f"Read {', '.join(str(p) for p in loaded.files)}: {loaded.summary()}")
     recording = loaded.recording
+    if args.effort_gains is not None:
+        gains = EffortGains.load(args.effort_gains)
+        recording = apply_effort_gains(recording, gains)
+        print(f"Effort gains from {args.effort_gains}: " + ", ".join(
+            f"{j} {g:.4f}" for j, g in zip(robot.joint_names, gains.for_joints(robot.joint_names))))
     if args.validation_fraction > 0:
         return recording.split(args.validation_fraction)
     return recording, None
@@ -160,6 +187,10 @@ def _write_model_files(args: argparse.Namespace, robot, result) -> int:
     """The updated model beside params.json: updated_model.urdf for a URDF input (no
     updated_model.xml then: see results.urdf_export), else updated_model.xml. 0 or 3."""
     name = "updated_model.urdf" if robot.source_format == "urdf" else "updated_model.xml"
+    if result.verdict.level == "failed":
+        print(f"error: identification failed, {name} not written: " + "; ".join(result.verdict.reasons),
+              file=sys.stderr)
+        return 3
     try:
         write_updated_robot(args.output_dir, robot, result)
     except IdentificationError as err:
@@ -182,6 +213,182 @@ def _describe_model(args: argparse.Namespace, robot) -> None:
                   "identification uses the URDF's values")
 
 
+# --- bad input, found before any work ------------------------------------------------------
+
+# (attribute, option, lower bound, bound included): every numeric option, finite and in range
+_NUMERIC_OPTIONS = (
+    ("duration", "--duration", 0.0, False),
+    ("sample_rate", "--sample-rate", 0.0, False),
+    ("max_velocity", "--max-velocity", 0.0, False),
+    ("excitation_time_limit", "--excitation-time-limit", 0.0, False),
+    ("cutoff", "--cutoff", 0.0, False),
+    ("coulomb_smoothing", "--coulomb-smoothing", 0.0, True),
+    ("noise_scale", "--noise-scale", 0.0, True),
+    ("seed", "--seed", 0, True),
+)
+# peak memory of a run: per (sample x joint x identified parameter), the regressor and the
+# copies the estimators take of it (4.8 doubles measured on the OpenArm-class arm, terminal and
+# full scope alike, by tracemalloc from 30 to 60 s at 1 kHz), plus what does not grow with the
+# samples (about 100 MB there)
+_BYTES_PER_REGRESSOR_ENTRY = 5 * 8
+_FIXED_BYTES = 128 * 2 ** 20
+# what a replayed trajectory may differ from its own integrated derivatives, relative, in
+# units of the trapezoid rule's error (omega h)^2 / 12 at its frequency content: room for
+# harmonics well above that content
+_DERIVATIVE_SLACK = 100.0
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Every numeric option finite and in its range, the cutoff below the Nyquist frequency;
+    SysidError naming each option that is not."""
+    problems = []
+    for attr, option, low, inclusive in _NUMERIC_OPTIONS:
+        value = getattr(args, attr)
+        if not (math.isfinite(value) and (value >= low if inclusive else value > low)):
+            what = "an integer" if isinstance(value, int) else "a finite number"
+            problems.append(f"{option} must be {what} {'>=' if inclusive else '>'} {low:g}, got {value:g}")
+    rate, cutoff = args.sample_rate, args.cutoff
+    if math.isfinite(rate) and rate > 0 and math.isfinite(cutoff) and cutoff >= rate / 2:
+        problems.append(f"--cutoff {cutoff:g} Hz must be below half the sample rate ({rate / 2:g} Hz)")
+    if problems:
+        raise SysidError("; ".join(problems))
+
+
+def check_size(robot, config: IdentificationConfig, duration: float, rate: float) -> None:
+    """The excitation's sample count fits the machine's memory: SysidError with the numbers
+    otherwise, before anything is allocated."""
+    samples = math.floor(max(duration, 5.0) * rate) + 1     # the validation run lasts at least 5 s
+    needed = memory_needed(robot, config, samples)
+    available = available_memory()
+    if available is not None and needed > available:
+        room = max(available - _FIXED_BYTES, 0) / (needed - _FIXED_BYTES) * samples   # samples that fit
+        remedy = (f"shorten --duration (about {room / rate:.3g} s fit at this rate) or lower --sample-rate"
+                  if room / rate >= 5.0 else f"lower --sample-rate (about {room / max(duration, 5.0):.3g} Hz fit)")
+        raise SysidError(f"{duration:g} s at {rate:g} Hz ({samples:.3g} samples of {robot.n_joints} joints, "
+                         f"{len(column_names(robot, config))} parameters) needs about {_bytes(needed)} of memory "
+                         f"to identify; this machine has {_bytes(available)} available: {remedy}")
+
+
+def memory_needed(robot, config: IdentificationConfig, samples: int) -> int:
+    """Peak bytes of identifying ``robot`` from ``samples`` samples with ``config`` (an estimate)."""
+    return samples * robot.n_joints * len(column_names(robot, config)) * _BYTES_PER_REGRESSOR_ENTRY + _FIXED_BYTES
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: the kernel's MemAvailable, lowered to what a
+    cgroup (container) limit leaves; None where neither is known."""
+    limits = []
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        top = Path("/sys/fs/cgroup")
+        cap = (top / "memory.max").read_text().strip()
+        if cap != "max":
+            limits.append(int(cap) - int((top / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else None
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+
+
+def check_replayed_trajectory(plan, robot, path: Path) -> None:
+    """A trajectory file fit to replay on ``robot``: inside every limited joint's range, and
+    dq, ddq the derivatives of q (integrated by the trapezoid rule over each sample step,
+    they must reproduce the steps of q, dq within a tolerance that grows with the step
+    (omega h)^2 for the trajectory's frequency content omega). SysidError otherwise."""
+    lower, upper = robot.joint_range[:, 0], robot.joint_range[:, 1]
+    slack = 1e-6      # rad (m): the round-off of a saved file
+    outside = np.flatnonzero(((plan.q < lower - slack) | (plan.q > upper + slack)).any(axis=0))
+    if outside.size:
+        j = int(outside[0])
+        worst = plan.q[:, j][np.argmax(np.maximum(lower[j] - plan.q[:, j], plan.q[:, j] - upper[j]))]
+        raise SysidError(f"--trajectory {path}: joint '{robot.joint_names[j]}' reaches {worst:.4g}, outside its "
+                         f"limits [{lower[j]:.4g}, {upper[j]:.4g}]"
+                         + (f" (and {outside.size - 1} more joints)" if outside.size > 1 else "")
+                         + ": the arm would hit its stops; scale the trajectory into the range")
+    h = float(plan.time[1] - plan.time[0])
+    # the frequency content from q alone (acceleration over excursion), not from the
+    # derivatives in doubt
+    excursion = np.sqrt(np.mean((plan.q - plan.q.mean(axis=0)) ** 2))
+    acceleration = np.sqrt(np.mean(np.diff(plan.q, 2, axis=0) ** 2)) / h ** 2
+    omega = np.sqrt(acceleration / excursion) if excursion > 0 else 0.0
+    tolerance = min(max(_DERIVATIVE_SLACK * (omega * h) ** 2 / 12, 1e-6), 0.5)
+    for name, x, dx in (("dq", plan.q, plan.dq), ("ddq", plan.dq, plan.ddq)):
+        steps = np.diff(x, axis=0)
+        trapezoid = 0.5 * h * (dx[1:] + dx[:-1])
+        scale = np.maximum(np.sqrt(np.mean(steps ** 2, axis=0)), np.sqrt(np.mean(trapezoid ** 2, axis=0)))
+        error = np.sqrt(np.mean((steps - trapezoid) ** 2, axis=0)) / np.maximum(scale, 1e-300)
+        error[scale == 0] = 0.0
+        if np.any(error > tolerance):
+            j = int(np.argmax(error))
+            of = "q" if name == "dq" else "dq"
+            raise SysidError(f"--trajectory {path}: {name} of joint '{robot.joint_names[j]}' is not the derivative "
+                             f"of its {of}: integrated over the {1 / h:g} Hz samples it misses the steps of {of} by "
+                             f"{error[j]:.1%} (tolerance {tolerance:.2g} at this sample rate)")
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+OUTPUTS = ("params.json", "updated_model.xml", "updated_model.urdf", "damiao_trajectory.csv", "torque_fit.png", "residuals.png",
+           "parameters.png")
+"""Every file a run may write into --output-dir."""
+
+
+def check_output_dir(args: argparse.Namespace) -> None:
+    """--output-dir exists or can be made, and takes files; none of OUTPUTS in it is an input
+    of this run (it would be removed). SysidError otherwise, before any work."""
+    out = args.output_dir
+    inputs = {Path(p).resolve(): option for p, option in ((args.model, "the model"),
+                                                          (args.truth_model, "--truth-model"),
+                                                          (args.trajectory, "--trajectory")) if p is not None}
+    for name in OUTPUTS:
+        clash = inputs.get((out / name).resolve())
+        if clash is not None:
+            raise SysidError(f"--output-dir {out}: this run writes {name} there, which is {clash} it reads; "
+                             "choose another output directory")
+    if out.exists() and not out.is_dir():
+        raise SysidError(f"--output-dir {out} is a file, not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise SysidError(f"--output-dir {out} cannot be written: {err.strerror or err}") from None
+
+
+def clear_previous_outputs(output_dir: Path) -> list:
+    """Remove what a previous run left in ``output_dir`` (OUTPUTS), just before this run writes:
+    whatever this run then writes, or fails to write, is never mixed with another run's files.
+    Returns the paths removed."""
+    removed = []
+    for name in OUTPUTS:
+        path = output_dir / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _identification_config(args: argparse.Namespace) -> IdentificationConfig:
+    terms = () if args.no_friction else ("coulomb", "viscous")
+    return IdentificationConfig(
+        scope=args.scope, estimator=args.estimator, robust=args.robust,
+        joint_model=JointModel(terms, args.coulomb_smoothing), friction_models=args.friction_model,
+        filter=FilterConfig(cutoff_hz=args.cutoff, velocity_from_position=args.velocity_from_position),
+        seed=args.seed)
+
+
 def _progress(label: str):
     last = [-1]
 
@@ -193,9 +400,21 @@ def _progress(label: str):
     return report
 
 
-def _excitation(args: argparse.Namespace, robot):
-    """The identification excitation: replayed from --trajectory, optimized, or a multisine.
-    Saved to --save-trajectory when given."""
+def _multisine(args: argparse.Namespace, robot, duration: float, seed: int):
+    """A multisine capped at --max-velocity, slowed until the nominal model's torques fit the
+    file's actuator limits (a plan the arm cannot make would be refused by the sim source)."""
+    def make(velocity):
+        return multisine(robot.joint_range, duration, args.sample_rate, seed=seed, max_velocity=velocity)
+    plan, velocity, usage = slow_to_torque_limits(make, robot, args.max_velocity)
+    if velocity < args.max_velocity:
+        print(f"  multisine slowed to {velocity:.3g} rad/s: its nominal torques then peak at {usage:.0%} of the "
+              f"actuators' limits (at most {TORQUE_USAGE:.0%} leaves room for a payload and the controller)")
+    return plan
+
+
+def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
+    """The identification excitation: replayed from --trajectory, optimized, or a multisine,
+    each checked for size (``check_size``) before it is made. Saved to --save-trajectory when given."""
     target = args.save_trajectory
     if target is not None:  # fail now, not after a long optimization
         if target.suffix.lower() not in (".json", ".csv"):
@@ -207,10 +426,14 @@ def _excitation(args: argparse.Namespace, robot):
                  if getattr(args, name) != build_parser().get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)}: for --excitation optimized only")
+    if args.trajectory is None:
+        check_size(robot, config, args.duration, args.sample_rate)
     if args.trajectory is not None:
         if args.excitation is not None:
             raise SysidError("--trajectory replays a saved excitation: leave out --excitation")
         plan, _ = load_trajectory(args.trajectory, robot.joint_names)
+        check_replayed_trajectory(plan, robot, args.trajectory)
+        check_size(robot, config, float(plan.time[-1]), args.sample_rate)
         print(f"Replaying {args.trajectory}: {plan.time[-1]:g} s at {trajectory_rate(plan):g} Hz"
               + (f", resampled to {args.sample_rate:g} Hz" if abs(trajectory_rate(plan) / args.sample_rate - 1) > 1e-9
                  else ""))
@@ -220,13 +443,11 @@ def _excitation(args: argparse.Namespace, robot):
               f"up to {args.excitation_time_limit:g} s)", flush=True)
         # torque limits: the Damiao motors' when named, else the model's actuator limits (if any)
         torque = "model" if len(args.motor_type) != robot.n_joints else [motor_limits(m).tmax for m in args.motor_type]
-        terms = () if args.no_friction else ("coulomb", "viscous")
         workers = search_workers(args.excitation_time_limit)
         design = optimize_excitation(
             robot, args.duration, args.sample_rate, seed=args.seed, time_limit_s=args.excitation_time_limit,
             max_velocity=args.max_velocity, torque_limits=torque, criterion=args.excitation_criterion,
-            min_clearance=args.excitation_clearance, workers=workers,
-            config=IdentificationConfig(scope=args.scope, joint_model=JointModel(terms, args.coulomb_smoothing)))
+            min_clearance=args.excitation_clearance, workers=workers, config=config)
         clearance = ("" if design.min_clearance is None else
                      f", geoms {design.min_clearance * 1000:.0f} mm apart or more")
         print(f"  {design.criterion} criterion {design.criterion_value:.3f} (best start "
@@ -237,8 +458,7 @@ def _excitation(args: argparse.Namespace, robot):
         plan = design.trajectory
     else:
         print(f"Generating multisine excitation ({args.duration:g} s at {args.sample_rate:g} Hz, seed {args.seed})")
-        plan = multisine(robot.joint_range, args.duration, args.sample_rate, seed=args.seed,
-                         max_velocity=args.max_velocity)
+        plan = _multisine(args, robot, args.duration, args.seed)
     if args.save_trajectory is not None:
         save_trajectory(args.save_trajectory, plan, robot.joint_names)
         print(f"Excitation saved to {args.save_trajectory}")
@@ -247,7 +467,9 @@ def _excitation(args: argparse.Namespace, robot):
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_options(args)
     _check_recording_options(args)
+    check_output_dir(args)
     robot = load_robot(args.model, terminal_body=args.terminal_body, mesh_dir=args.mesh_dir)
     _describe_model(args, robot)
     truth = None
@@ -263,32 +485,47 @@ def run(args: argparse.Namespace) -> int:
         for name in args.motor_type:
             motor_limits(name)
     plant = truth if truth is not None else robot
+    config = _identification_config(args)
     if args.recording:
-        return _identify_recording(args, robot, truth, started)
+        return _identify_recording(args, robot, truth, config, started)
 
-    plan = _excitation(args, robot)
-    check_plan = multisine(robot.joint_range, max(5.0, args.duration / 3), args.sample_rate,
-                           seed=args.seed + 1000, max_velocity=args.max_velocity)
+    plan = _excitation(args, robot, config)
+    check_plan = _multisine(args, robot, max(5.0, args.duration / 3), args.seed + 1000)
+
+    timing = simulation_timing(plant.model, args.sample_rate)
+    # the data come from MuJoCo: its frictionloss constraint (at the timestep the plant runs
+    # with) and, for forward simulation, the damping its integrator applies at the end of each
+    # step are part of the identification model
+    source = MujocoPhysics.simulation if args.source == "sim" else MujocoPhysics.inverse
+    config = dataclasses.replace(config, physics=source(plant.model, timing.timestep))
 
     def record(trajectory, label):
         if args.source == "ideal":
             return ideal_recording(plant.model, trajectory, plant.joint_names)
-        kp, kd = default_gains(plant.model)
         default = MeasurementNoise()
         noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
                                  tau_std=default.tau_std * args.noise_scale)
-        feedforward = robot.inverse_dynamics(trajectory.q, trajectory.dq, trajectory.ddq)
-        return simulate_tracking(plant.model, trajectory, feedforward, kp, kd, noise, seed=args.seed,
-                                 joint_names=plant.joint_names, progress=_progress(label))
+        # the controller knows the nominal model only, as a real arm's would
+        run = simulate(plant.model, trajectory, nominal=robot.model, noise=noise, seed=args.seed,
+                       joint_names=plant.joint_names, progress=_progress(label))
+        for note in run.quality.notes()[:-1]:  # the last note is the timing, printed once above
+            print(f"  {label}: {note}")
+        return run.recording
 
-    source = "MuJoCo mj_inverse along the plan" if args.source == "ideal" else "MuJoCo simulation at 1 kHz"
-    print(f"Recording data: {source}" + (f", truth model {args.truth_model}" if truth is not None else ""))
+    if args.source == "ideal":
+        print("Recording data: MuJoCo mj_inverse along the plan"
+              + (f", truth model {args.truth_model}" if truth is not None else ""))
+    else:
+        print("Recording data: MuJoCo simulation under computed-torque control"
+              + (f", truth model {args.truth_model}" if truth is not None else "") + f"\n  {timing.describe()}")
     recording = record(plan, "identification run")
     validation = record(check_plan, "validation run")
 
-    result, status = _identify_and_write(args, robot, truth, recording, validation, args.source)
-    if args.export_damiao:
-        torque = predict_torque(robot, result, plan.q, plan.dq, plan.ddq)
+    result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source)
+    if args.export_damiao and result.verdict.level != "failed":
+        # feed-forward for real motors: a real joint's friction, not the simulator's
+        hardware = dataclasses.replace(result, config=dataclasses.replace(result.config, physics=None))
+        torque = predict_torque(robot, hardware, plan.q, plan.dq, plan.ddq)
         clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
         print("Damiao export, samples clamped per joint: " +
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
@@ -296,16 +533,13 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _identify_and_write(args: argparse.Namespace, robot, truth, recording, validation, source: str):
+def _identify_and_write(args: argparse.Namespace, robot, truth, config, recording, validation, source: str):
     """Identify, write params.json, the plots and the updated model; (result, exit status)."""
-    terms = () if args.no_friction else ("coulomb", "viscous")
-    config = IdentificationConfig(scope=args.scope, estimator=args.estimator, robust=args.robust,
-                                  joint_model=JointModel(terms, args.coulomb_smoothing), friction_models=args.friction_model,
-                                  filter=FilterConfig(cutoff_hz=args.cutoff, velocity_from_position=args.velocity_from_position), seed=args.seed)
     print(f"Identifying ({args.scope} scope, {args.estimator})")
     result = identify(robot, recording, config, validation=validation)
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(args.output_dir)
     document = params_document(result, robot, source=source, truth=truth, payload_frame=args.payload_frame)
     write_params_json(args.output_dir / "params.json", document)
     print(format_result(result, document))
@@ -317,11 +551,11 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, recording, valid
     return result, _write_model_files(args, robot, result)
 
 
-def _identify_recording(args: argparse.Namespace, robot, truth, started: float) -> int:
+def _identify_recording(args: argparse.Namespace, robot, truth, config, started: float) -> int:
     """The --recording path: the files identified, the same outputs as a simulated run."""
     recording, validation = _recorded_data(args, robot)
     source = ", ".join(str(p) for p in args.recording)
-    _, status = _identify_and_write(args, robot, truth, recording, validation, source)
+    _, status = _identify_and_write(args, robot, truth, config, recording, validation, source)
     print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
     return status
 
@@ -330,6 +564,188 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
+    except KeyboardInterrupt:
+        print("sysid-identify: interrupted", file=sys.stderr)
+        return 130
+    except (IdentificationError, TrackingError) as err:  # a run the arm did not make: not trustworthy
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    except (SysidError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory: shorten --duration or lower --sample-rate", file=sys.stderr)
+        return 2
+
+
+
+# --- sysid-calibrate-effort ---------------------------------------------------------------------
+
+# a gain known to within this (one standard deviation, relative) is good; beyond FAILED_STD it
+# is not known at all and no file is written
+GOOD_STD = 0.01
+FAILED_STD = 0.10
+# a joint the payload barely loads: the gain is the payload's torque over what the motor
+# reported of it, so errors of a torque estimate that scale with the motor's range (offsets,
+# cogging, the feedback's 12-bit steps) weigh on it in proportion to TMAX / payload torque;
+# under this share of TMAX (RMS) a gain is doubtful whatever its std says (joint5 of the
+# OpenArm class with a 0.5 kg mass: 1.9 %, the others 3.1-5.4 %)
+MIN_LOAD_OF_TMAX = 0.025
+# the feedback's torque field: 12 bits over +-TMAX
+TORQUE_STEPS = (1 << 12) - 1
+
+
+def build_calibration_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sysid-calibrate-effort",
+        description="Per-joint effort gains (true joint torque / reported effort) of a Damiao arm, from the same "
+                    "excitation recorded twice with damiao_bridge, alone and with a known mass, and the command "
+                    "logs the bridge saved (sysid/damiao/save_commands). Writes the gain file damiao_bridge "
+                    "(effort_gains_file) and sysid-identify (--effort-gains) take.")
+    parser.add_argument("model", type=Path, help="MJCF or URDF of the arm without the calibration mass")
+    parser.add_argument("--recording", type=Path, required=True, metavar="FILE",
+                        help="the arm alone: a rosbag2 bag (directory, .mcap, .db3) of JointState, or a .csv")
+    parser.add_argument("--commands", type=Path, required=True, metavar="FILE",
+                        help="the command log (.npz) saved by the bridge after --recording")
+    parser.add_argument("--recording-with-mass", type=Path, required=True, metavar="FILE",
+                        help="the same excitation with the mass fixed to --body")
+    parser.add_argument("--commands-with-mass", type=Path, required=True, metavar="FILE",
+                        help="the command log saved after --recording-with-mass")
+    parser.add_argument("--mass", type=float, required=True, help="the added mass, kg (weighed)")
+    parser.add_argument("--com", type=float, nargs=3, metavar=("X", "Y", "Z"),
+                        help="its centre of mass in the frame of --body, m (default: estimated)")
+    parser.add_argument("--body", help="the body the mass is fixed to (default: the model's terminal body)")
+    parser.add_argument("--output", type=Path, default=Path("effort_gains.json"),
+                        help="gain file to write (default ./effort_gains.json)")
+    parser.add_argument("--mesh-dir", type=Path, help="mesh directory (default: the model's meshdir)")
+    parser.add_argument("--topic", default="/joint_states", help="JointState topic in the bags (default /joint_states)")
+    parser.add_argument("--stamps", choices=STAMPS, default="header",
+                        help="header: the messages' header stamps (default, the clock of the command log); receive")
+    parser.add_argument("--friction-model", default="tanh",
+                        help="friction law of the arm during the calibration (default tanh; see sysid-identify)")
+    parser.add_argument("--cutoff", type=float, default=10.0, help="low-pass cutoff of measured signals, Hz")
+    parser.add_argument("--max-delay", type=float, default=0.05,
+                        help="longest command-to-action delay searched, s (default 0.05)")
+    return parser
+
+
+def _torque_step(tau: np.ndarray) -> np.ndarray:
+    """Per joint (n,), the smallest step between the distinct reported efforts: the feedback's
+    quantum (12 bits of +-TMAX) in a recording of the bridge; tiny for unquantised data."""
+    steps = []
+    for column in np.asarray(tau, dtype=float).T:
+        gaps = np.diff(np.unique(column))
+        gaps = gaps[gaps > 1e-9 * max(float(np.abs(column).max()), 1e-12)]
+        steps.append(float(gaps.min()) if gaps.size else 0.0)
+    return np.array(steps)
+
+
+def _calibration_data(args: argparse.Namespace, robot, recording_path: Path, log_path: Path):
+    """(recording on the command log's clock, MIT-loop corrected; delay estimate) of one run."""
+    loaded = read_recordings([recording_path], robot.joint_names, topic=args.topic, stamps=args.stamps)
+    recording = dataclasses.replace(loaded.recording, time=loaded.recording.time + loaded.origins[0])
+    commands = CommandLog.load(log_path)
+    applied = CommandLog.saved_effort_gains(log_path)
+    if not np.all(applied == 1.0):
+        raise SysidError(f"{log_path}: the bridge applied effort gains {np.round(applied, 4).tolist()} while "
+                         "logging; calibrate from recordings made without effort_gains_file (reported efforts)")
+    commands = commands.select(robot.joint_names)
+    overlap = min(recording.time[-1], commands.time[-1]) - max(recording.time[0], commands.time[0])
+    if overlap <= 0:
+        raise SysidError(f"{recording_path} ({recording.time[0]:.3f} to {recording.time[-1]:.3f} s) and the command "
+                         f"log {log_path} ({commands.time[0]:.3f} to {commands.time[-1]:.3f} s) do not overlap in "
+                         "time: save the commands right after recording (the bridge keeps command_log_seconds), "
+                         "with the bag's header stamps (--stamps header)")
+    try:
+        delay = estimate_delay(recording, commands, args.max_delay, torque_resolution=_torque_step(recording.tau))
+    except DataError as err:
+        raise SysidError(f"{recording_path} with {log_path}: {err}") from None
+    print(f"Read {recording_path}: {loaded.summary()}; {len(commands.time)} commands in {log_path}, "
+          f"{1 / commands.period:.0f} Hz; delay {delay.delay * 1e3:.2f} ms "
+          f"({int(delay.used.sum())} replies named their command)")
+    return mit_loop_correction(recording, commands, delay.delay), delay, _torque_step(recording.tau)
+
+
+def _payload_torque(robot, loaded, payload: KnownPayload, config: IdentificationConfig) -> np.ndarray:
+    """Per joint (n,): RMS of the payload's known torque in the loaded recording, N m (centre
+    of mass at the body origin when not given)."""
+    samples = prepare(loaded, config.filter)
+    t = robot.terminal_index
+    columns = robot.regressor(samples.q, samples.dq, samples.ddq)[..., 10 * t:10 * t + 4]
+    moment = np.zeros(3) if payload.com is None else payload.mass * np.asarray(payload.com, dtype=float)
+    known = payload.mass * columns[..., 0] + columns[..., 1:4] @ moment
+    return np.sqrt(np.mean(known ** 2, axis=0))
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """The calibration; exit status 0 (every gain good or doubtful: file written) or 3 (failed)."""
+    for value, option, low in ((args.cutoff, "--cutoff", 0.0), (args.max_delay, "--max-delay", 0.0)):
+        if not (math.isfinite(value) and value > low):
+            raise SysidError(f"{option} must be a finite number > {low:g}, got {value:g}")
+    payload = KnownPayload(args.mass, None if args.com is None else tuple(args.com))
+    if args.output.suffix.lower() != ".json" or not args.output.resolve().parent.is_dir():
+        raise SysidError(f"--output {args.output}: a .json file in an existing directory")
+    robot = load_robot(args.model, terminal_body=args.body, mesh_dir=args.mesh_dir)
+    print(f"Loaded {args.model}: {robot.n_joints} joints, the mass on '{robot.terminal_body}'")
+    config = IdentificationConfig(scope="full", estimator="wls",
+                                  joint_model=JointModel(("coulomb", "viscous", "armature")),
+                                  friction_models=args.friction_model, filter=FilterConfig(cutoff_hz=args.cutoff))
+    alone, delay_alone, _ = _calibration_data(args, robot, args.recording, args.commands)
+    loaded, delay_loaded, step = _calibration_data(args, robot, args.recording_with_mass, args.commands_with_mass)
+    # TMAX from the feedback's quantum; unknown (NaN) for data that are not the motor's 12-bit replies
+    tmax = np.where(step > 0, 0.5 * TORQUE_STEPS * step, np.nan)
+    print(f"Calibrating ({payload.mass:g} kg" + ("" if payload.com is None else f" at {list(payload.com)} m")
+          + f", friction {args.friction_model})", flush=True)
+    try:
+        gains = calibrate_effort_gains(robot, alone, loaded, payload, config,
+                                       delay=0.5 * (delay_alone.delay + delay_loaded.delay))
+    except DataError as err:
+        print(f"error: calibration failed, {args.output} not written: {err}", file=sys.stderr)
+        return 3
+    share = _payload_torque(robot, loaded, payload, config) / tmax
+    relative = gains.std / gains.gains
+    verdicts = []
+    for j, name in enumerate(robot.joint_names):
+        why = []
+        if relative[j] > FAILED_STD:
+            why.append(f"std {relative[j]:.1%} > {FAILED_STD:.0%}: not determined")
+        elif relative[j] > GOOD_STD:
+            why.append(f"std {relative[j]:.2%} > {GOOD_STD:.0%}")
+        if share[j] < MIN_LOAD_OF_TMAX:
+            why.append(f"barely loaded: the mass makes {share[j]:.1%} of TMAX {tmax[j]:.3g} N m "
+                       f"(< {MIN_LOAD_OF_TMAX:.1%})")
+        level = "failed" if relative[j] > FAILED_STD else "doubtful" if why else "good"
+        verdicts.append((level, "; ".join(why)))
+    print(f"{'joint':<12} {'gain':>8} {'std':>8} {'std %':>7} {'load %':>7}  verdict "
+          "(load: the mass's RMS torque over the motor's TMAX)")
+    for j, name in enumerate(robot.joint_names):
+        level, why = verdicts[j]
+        print(f"{name:<12} {gains.gains[j]:8.4f} {gains.std[j]:8.4f} {100 * relative[j]:7.2f} {100 * share[j]:7.1f}  "
+              + level + (f" ({why})" if why else ""))
+    levels = {level for level, _ in verdicts}
+    overall = "failed" if "failed" in levels else "doubtful" if "doubtful" in levels else "good"
+    flagged = [f"{robot.joint_names[j]}: {why}" for j, (level, why) in enumerate(verdicts) if level != "good"]
+    print(f"verdict: {overall}" + (f" ({'; '.join(flagged)})" if flagged else ""))
+    if overall == "failed":
+        print(f"error: effort gains not determined, {args.output} not written: mount the mass so that every joint "
+              "feels it (off the wrist axes) and record longer or faster", file=sys.stderr)
+        return 3
+    dataclasses.replace(gains, source=f"{gains.source}; {args.recording}, {args.recording_with_mass}; "
+                                      f"verdict {overall}" + (f" ({'; '.join(flagged)})" if flagged else "")
+                        ).save(args.output)
+    print(f"Effort gains written to {args.output}: damiao_bridge effort_gains_file:={args.output}, "
+          f"or sysid-identify --effort-gains {args.output} for recordings of a bridge without it")
+    return 0
+
+
+def calibrate_main(argv=None) -> int:
+    """``sysid-calibrate-effort``: exit 0 (gains written, good or doubtful), 2 bad input, 3 not determined."""
+    args = build_calibration_parser().parse_args(argv)
+    try:
+        return calibrate(args)
+    except KeyboardInterrupt:
+        print("sysid-calibrate-effort: interrupted", file=sys.stderr)
+        return 130
     except IdentificationError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3

@@ -2,15 +2,49 @@
 
 Two sources. ``ideal_recording`` evaluates MuJoCo's inverse dynamics on the planned
 states: noise-free torques consistent with the plan, exact accelerations included.
-``simulate_tracking`` runs MuJoCo forward with a PD + feedforward joint controller,
-as a real arm would execute the plan, and records what the arm's sensors would report:
-states and applied torques with noise and quantisation, and no accelerations.
+``simulate`` runs MuJoCo forward while a computed-torque controller that knows only the
+nominal model drives the joints, as a real arm would execute the plan, and records what
+the arm's sensors would report: states and commanded torques with noise and
+quantisation, and no accelerations. ``simulate_tracking`` does the same under a given
+PD + feed-forward law (the MIT mode of Damiao-class drives).
+
+Both simulate the *plant* (``plant_model``), the arm file as a real arm would behave:
+
+* the model's own actuators are switched off (``disableflags`` actuation). Published arms
+  carry position or affine servos; left on with ctrl = 0 they pull every joint toward zero
+  with forces no recording sees. Disabling the flag, rather than zeroing gains, covers every
+  actuator type (bias terms, activation dynamics, velocity feedback) with one bit and leaves
+  the file's actuators readable (their force ranges are the arm's torque limits, checked);
+* bodies' ``gravcomp`` is zeroed: a real arm has no free anti-gravity force, its motors
+  carry the weight and a recording sees that torque;
+* contacts are off (``disableflags`` contact). Published collision geometry is coarse
+  (capsules around links), and a random excitation inside the joint limits grazes it on
+  most arms; a contact force in the data is one no rigid-body model can explain. Instead
+  the recorded motion is checked against the file's collision geometry, and what would
+  have touched is reported (``TrackingQuality.collisions``): the plan is not safe to replay
+  on hardware, but the simulated data are valid;
+* joint limits stay on: a real arm has end stops, and a run that reaches one is refused.
+
+Timing: the control and sample instants are the trajectory's samples. When the model's
+timestep does not divide the sample period, the plant integrates with the largest timestep
+that does and is no longer than the file's (``simulation_timing``). The sample rate is
+what the user asked for, what the data, the filters and the Damiao export assume and the
+rate the controller runs at, so it is kept; a shorter MuJoCo step only integrates the same
+physics more finely (MuJoCo arm models ship 2 ms timesteps for speed, not for realism).
+
+Every simulated run is checked before anything identifies it (``TrackingError`` otherwise):
+a plan inside the joint ranges, no divergence, no joint beyond its limits, no torque beyond the
+actuators' limits, and the tracking error of each joint within ``TRACKING_TOLERANCE_FRACTION``
+of the joint's planned excursion plus ``TRACKING_TOLERANCE_FLOOR``. ``TrackingQuality``
+reports the figures.
 
 Hinge and slide joints only (qpos and qvel have the same size); trajectory columns are
 in MuJoCo dof order.
 """
 from __future__ import annotations
 
+import copy
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
@@ -18,9 +52,10 @@ from typing import Callable
 import mujoco
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, TrackingError
+from .excitation.design import actuator_torque_limits
 from .excitation.trajectory import Trajectory
-from .identification.recording import Recording
+from .identification.recording import QualityNote, Recording
 
 # Divergence shows up as these warnings: MuJoCo then resets the state instead of propagating NaN.
 _DIVERGENCE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
@@ -28,6 +63,34 @@ _DIVERGENCE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWA
 _DIVERGENCE_INDEX = tuple(int(w) for w in _DIVERGENCE_WARNINGS)
 _RATIO_TOLERANCE = 1e-6
 _PROGRESS_STEP = 0.05
+_INTEGRATORS = {int(mujoco.mjtIntegrator.mjINT_EULER): "Euler", int(mujoco.mjtIntegrator.mjINT_RK4): "RK4",
+                int(mujoco.mjtIntegrator.mjINT_IMPLICIT): "implicit",
+                int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): "implicitfast"}
+_PLANT_DISABLED = int(mujoco.mjtDisableBit.mjDSBL_ACTUATION) | int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+
+# Computed-torque bandwidth: 20 Hz, at most sample_rate / 50. Measured on published 7-DOF arms
+# whose payload is unknown to the controller (3-10 % of the arm's mass on a wrist of 1e-3 kg m^2),
+# 20 Hz keeps the tracking error to a few hundredths of a radian where 8 Hz lets the last joint
+# wander by 0.3-0.9 rad. With the torque held over a sample period T, the discrete loop keeps
+# its margin while 2 zeta w T stays small (0.25 at rate / 50), so a plant up to several times
+# lighter than the nominal model is still tracked stably.
+DEFAULT_BANDWIDTH_HZ = 20.0
+_BANDWIDTH_PER_SAMPLE_RATE = 1.0 / 50.0
+
+# A run is refused when a joint's tracking error exceeds this fraction of its planned excursion
+# (peak to peak) plus the floor (rad, m for slides): the arm then no longer made the motion the
+# excitation was designed for. Healthy runs stay orders of magnitude below (1e-4-1e-2 rad, see
+# the README); the failures this catches are of the size of the motion itself.
+TRACKING_TOLERANCE_FRACTION = 0.1
+TRACKING_TOLERANCE_FLOOR = 0.01
+# A run accepted with a tracking error above this fraction of its tolerance is marked doubtful
+# in the verdict of what it gives.
+DOUBTFUL_FRACTION = 0.5
+# The recorded motion is checked against the collision geometry every this many seconds.
+_COLLISION_CHECK_PERIOD = 0.01
+# Joint-limit check: a position beyond the limit by more than rounding is a hit (MuJoCo's limit
+# constraint pushes as soon as the joint crosses it).
+_LIMIT_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -128,40 +191,202 @@ def _joint_names(model, joint_names) -> tuple:
     return names
 
 
-def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=None) -> Recording:
-    """Noise-free torques that realise the plan exactly, from MuJoCo's inverse dynamics.
+def _sample_rate(time) -> float:
+    """Samples per second (Hz) of a uniform time grid (N,) s; DataError when it is not uniform."""
+    dt = np.diff(np.asarray(time, dtype=float))
+    period = float(np.median(dt))
+    if not period > 0 or np.max(np.abs(dt - period)) > 1e-9 + 1e-6 * period:
+        raise DataError("trajectory time stamps are not uniformly spaced")
+    return 1.0 / period
 
-    For every sample, qpos/qvel/qacc = planned q (rad), dq (rad/s), ddq (rad/s^2) and the
-    torque (N, n) N m is ``qfrc_inverse``: rigid body, armature, damping and the soft
-    friction-loss constraint force (equal to Coulomb friction once the joint slides).
-    ``joint_names`` (n,) default to the model's. The Recording carries ddq = the planned ddq.
+
+def _limit_interval(model: mujoco.MjModel) -> np.ndarray:
+    """(n, 2) positions between which no joint-limit constraint acts (rad, m); +-inf when unlimited.
+
+    MuJoCo's limit acts once a joint is closer to its range end than its ``margin``."""
+    limited = model.jnt_limited.astype(bool)
+    margin = model.jnt_margin
+    low = np.where(limited, model.jnt_range[:, 0] + margin, -np.inf)
+    high = np.where(limited, model.jnt_range[:, 1] - margin, np.inf)
+    interval = np.empty((model.nv, 2))
+    interval[model.jnt_dofadr] = np.column_stack([low, high])
+    return interval
+
+
+def _check_plan_within_limits(model: mujoco.MjModel, trajectory: Trajectory, names: tuple) -> None:
+    """TrackingError naming the joint, the time and the excess when the plan leaves a joint's
+    range: the simulated arm would run into its end stop (e.g. a plan made for the nominal model
+    played on a truth model with narrower limits)."""
+    interval = _limit_interval(model)
+    q = np.asarray(trajectory.q, dtype=float)
+    excess = np.maximum(interval[:, 0] - q, q - interval[:, 1])
+    if np.all(excess <= _LIMIT_TOLERANCE):
+        return
+    i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    side = "lower" if q[i, j] < interval[j, 0] else "upper"
+    bound = interval[j, 0] if side == "lower" else interval[j, 1]
+    raise TrackingError(f"the plan takes joint '{names[j]}' to {q[i, j]:.4g} at t={trajectory.time[i]:.3f} s, "
+                        f"{excess[i, j]:.3g} beyond its {side} limit {bound:.4g} (rad, m for slides): the arm "
+                        "cannot follow it", names[j], float(trajectory.time[i]), float(excess[i, j]))
+
+
+# --- the plant: what is simulated, at which timestep -------------------------------------------
+
+@dataclass(frozen=True)
+class SimulationTiming:
+    """How MuJoCo integrates a run sampled at ``sample_rate``.
+
+    sample_rate: samples (and control updates) per second, Hz. timestep: the MuJoCo timestep
+    the plant integrates with, s; substeps: MuJoCo steps per sample (timestep * substeps is
+    the sample period). model_timestep: the file's timestep, s. integrator: the model's,
+    as MJCF spells it (Euler, RK4, implicit, implicitfast). implicit_damping: whether the
+    integrator applies joint damping at the end-of-step velocity (implicit, implicitfast,
+    and Euler unless the model disables ``eulerdamp``): in data sampled from such a run a
+    joint's damping d (N m s/rad) then acts like an extra armature of d * timestep (kg m^2).
     """
+
+    sample_rate: float
+    timestep: float
+    substeps: int
+    integrator: str
+    model_timestep: float
+    implicit_damping: bool
+
+    @property
+    def changed(self) -> bool:
+        """Whether the plant's timestep differs from the file's."""
+        return self.timestep != self.model_timestep
+
+    def describe(self) -> str:
+        """One line for the user: what the simulation integrates with, and why when it differs."""
+        period_ms = 1e3 / self.sample_rate
+        steps = f"{self.substeps} step{'s' if self.substeps > 1 else ''} of {self.timestep * 1e3:.4g} ms"
+        why = (f"the model's {self.model_timestep * 1e3:.4g} ms timestep does not divide the {period_ms:.4g} ms "
+               f"sample period: shortened" if self.changed else "the model's timestep")
+        return f"MuJoCo: {steps} per sample at {self.sample_rate:g} Hz ({why}), {self.integrator} integrator"
+
+
+def simulation_timing(model: mujoco.MjModel, sample_rate: float) -> SimulationTiming:
+    """The timestep and substeps a simulation sampled at ``sample_rate`` (Hz) really uses.
+
+    The file's timestep when it divides the sample period; otherwise period / k with the
+    smallest k that makes it no longer than the file's (2 ms at 1 kHz: 1 ms, one step per
+    sample). Never longer than the file's: the model's author chose that as the stability
+    limit. Raises ValueError for a sample rate that is not a finite number > 0.
+    """
+    if not (np.isfinite(sample_rate) and sample_rate > 0):
+        raise ValueError(f"sample rate must be a finite number > 0 Hz, got {sample_rate}")
+    model_timestep = float(model.opt.timestep)
+    period = 1.0 / float(sample_rate)
+    ratio = period / model_timestep
+    steps = int(round(ratio))
+    if steps >= 1 and abs(ratio - steps) <= _RATIO_TOLERANCE:
+        timestep = model_timestep
+    else:
+        steps = max(1, math.ceil(ratio - _RATIO_TOLERANCE))
+        timestep = period / steps
+    integrator = int(model.opt.integrator)
+    implicit = (integrator in (int(mujoco.mjtIntegrator.mjINT_IMPLICIT), int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST))
+                or (integrator == int(mujoco.mjtIntegrator.mjINT_EULER)
+                    and not model.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)))
+    return SimulationTiming(sample_rate=float(sample_rate), timestep=timestep, substeps=steps,
+                            integrator=_INTEGRATORS.get(integrator, str(integrator)),
+                            model_timestep=model_timestep, implicit_damping=bool(implicit))
+
+
+def plant_model(model: mujoco.MjModel, timing: SimulationTiming) -> mujoco.MjModel:
+    """A copy of ``model`` as the simulation runs it (see the module docstring): ``timing``'s
+    timestep, the model's actuators and contacts disabled, every body's gravcomp zero.
+    ``model`` itself is not changed."""
     _check_model(model)
-    num = _check_trajectory(model, trajectory)
-    names = _joint_names(model, joint_names)
-    q, dq, ddq = (np.asarray(a, dtype=float) for a in (trajectory.q, trajectory.dq, trajectory.ddq))
-    data = mujoco.MjData(model)
-    tau = np.empty((num, model.nv))
-    # MuJoCo's inverse dynamics is the oracle here and takes one state at a time.
-    for i in range(num):
-        data.qpos[:] = q[i]
-        data.qvel[:] = dq[i]
-        data.qacc[:] = ddq[i]
-        mujoco.mj_inverse(model, data)
-        tau[i] = data.qfrc_inverse
-    return Recording(time=np.asarray(trajectory.time, dtype=float).copy(), q=q.copy(), dq=dq.copy(),
-                     tau=tau, joint_names=names, ddq=ddq.copy())
+    plant = copy.deepcopy(model)
+    plant.opt.timestep = timing.timestep
+    plant.opt.disableflags |= _PLANT_DISABLED
+    plant.body_gravcomp[:] = 0.0
+    return plant
+
+
+def torque_limits(model: mujoco.MjModel) -> np.ndarray:
+    """Each joint's torque limit (n,) N m (N for slides) from the file's actuators, inf where it
+    gives none: |gear| times forcerange, or |gain| times ctrlrange for a plain motor, capped by
+    the joint's actuatorfrcrange (``excitation.design.actuator_torque_limits``)."""
+    limits = actuator_torque_limits(model)
+    return np.full(model.nv, np.inf) if limits is None else limits
+
+
+# --- controllers ------------------------------------------------------------------------------
+
+def mit_torque(q, dq, q_des, dq_des, tau_ff, kp, kd) -> np.ndarray:
+    """The MIT-mode joint law of Damiao-class drives: tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff.
+
+    Arrays broadcast: q, q_des rad; dq, dq_des rad/s; tau_ff N m; kp N m/rad; kd N m s/rad.
+    Returns tau in N m with the broadcast shape.
+    """
+    return kp * (q_des - q) + kd * (dq_des - dq) + tau_ff
+
+
+class ComputedTorque:
+    """Computed-torque joint control with the model the controller knows (the nominal model).
+
+    ``torque``: tau = ID(q, dq, ddq_des + kp (q_des - q) + kd (dq_des - dq)), MuJoCo's inverse
+    dynamics of the nominal model (rigid body, armature, damping, springs, friction loss) at
+    the measured state. ``feedback_torque``: tau = tau_ff + M(q) (kp (q_des - q) + kd (dq_des - dq))
+    around a feed-forward computed elsewhere (MIT-style commands). Either way every joint's
+    error obeys e'' + kd e' + kp e = 0 when the model is right, whatever the arm's inertia and
+    its conditioning: kp = w^2 (1/s^2), kd = 2 zeta w (1/s), w = 2 pi ``bandwidth_hz``
+    (default: DEFAULT_BANDWIDTH_HZ, at most sample_rate / 50). This is why it replaces PD
+    gains from the diagonal of the mass matrix, which are stable only while the matrix stays
+    close to its diagonal (not on 7-DOF arms without armature, and not at 500 Hz).
+
+    The nominal model is used as the plant is (``plant_model``: no gravcomp, no actuators, no
+    contacts, the timestep chosen for ``sample_rate``). Holds a scratch MjData: one
+    controller per simulation.
+    """
+
+    def __init__(self, model: mujoco.MjModel, sample_rate: float, bandwidth_hz: float | None = None,
+                 damping_ratio: float = 1.0):
+        timing = simulation_timing(model, sample_rate)
+        if bandwidth_hz is None:
+            bandwidth_hz = min(DEFAULT_BANDWIDTH_HZ, timing.sample_rate * _BANDWIDTH_PER_SAMPLE_RATE)
+        if not (np.isfinite(bandwidth_hz) and bandwidth_hz > 0 and np.isfinite(damping_ratio) and damping_ratio > 0):
+            raise ValueError(f"bandwidth_hz and damping_ratio must be finite and > 0, got {bandwidth_hz}, "
+                             f"{damping_ratio}")
+        self.model = plant_model(model, timing)
+        self.bandwidth_hz = float(bandwidth_hz)
+        omega = 2 * np.pi * self.bandwidth_hz
+        self.kp, self.kd = omega ** 2, 2 * damping_ratio * omega
+        self._data = mujoco.MjData(self.model)
+        self._out = np.zeros(self.model.nv)
+
+    def torque(self, q, dq, q_des, dq_des, ddq_des) -> np.ndarray:
+        """Joint torques (n,) N m for the state q (rad), dq (rad/s) and the plan's sample (n,) each."""
+        data = self._data
+        data.qpos[:] = q
+        data.qvel[:] = dq
+        data.qacc[:] = ddq_des + self.kp * (q_des - q) + self.kd * (dq_des - dq)
+        mujoco.mj_inverse(self.model, data)
+        return data.qfrc_inverse.copy()
+
+    def feedback_torque(self, q, dq, q_des, dq_des, tau_ff) -> np.ndarray:
+        """tau_ff + M(q) (kp (q_des - q) + kd (dq_des - dq)), (n,) N m: feedback in acceleration,
+        scaled by the nominal joint-space inertia at q (armature included)."""
+        data = self._data
+        data.qpos[:] = q
+        mujoco.mj_fwdPosition(self.model, data)  # the mass matrix at q (mj_mulM reads data.qM)
+        mujoco.mj_mulM(self.model, data, self._out, self.kp * (q_des - q) + self.kd * (dq_des - dq))
+        return tau_ff + self._out
 
 
 def default_gains(model: mujoco.MjModel, bandwidth_hz: float = 8.0,
                   damping_ratio: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-    """Stiff but stable decoupled PD gains (kp (n,) N m/rad, kd (n,) N m s/rad).
+    """Decoupled PD gains (kp (n,) N m/rad, kd (n,) N m s/rad) for the MIT-mode law.
 
     Each joint is treated as an inertia M_jj (the diagonal of the joint-space mass matrix at
     qpos0, which already includes the armature) closed to a second-order loop of natural
     frequency ``bandwidth_hz`` and ``damping_ratio``: kp = M_jj w^2, kd = 2 zeta w M_jj.
-    8 Hz lies well above the 0.1-0.6 Hz excitation (small tracking error) and well below a
-    1 kHz control rate (kd dt / M_jj ~ 0.09, far from the explicit-integration limit of 2).
+    Stable at 1 kHz on arms whose mass matrix stays close to its diagonal (armature, few
+    joints); on 7-DOF arms without armature the explicit loop's eig(T M^-1 Kd) nears or
+    passes 2 and it diverges (see ``ComputedTorque``, what ``simulate`` uses).
     """
     _check_model(model)
     if bandwidth_hz <= 0 or damping_ratio <= 0:
@@ -192,36 +417,7 @@ def _per_joint(value, n: int, name: str, unit: str) -> np.ndarray:
     return arr
 
 
-def substeps_per_period(model: mujoco.MjModel, period: float) -> int:
-    """MuJoCo steps per control period (s): the period must be a whole multiple of the timestep."""
-    ratio = period / model.opt.timestep
-    if ratio < 1 - _RATIO_TOLERANCE:
-        raise ValueError(f"model timestep {model.opt.timestep} s is longer than the sample period {period} s; "
-                         "lower the timestep or the trajectory's sample rate")
-    steps = int(round(ratio))
-    if abs(ratio - steps) > _RATIO_TOLERANCE:
-        raise ValueError(f"sample period {period} s is not an integer multiple of the model timestep "
-                         f"{model.opt.timestep} s (ratio {ratio}); choose a sample rate that divides 1/timestep")
-    return steps
-
-
-def _substeps(model: mujoco.MjModel, time: np.ndarray) -> int:
-    """MuJoCo steps per sample; the samples must lie on a multiple of the model timestep."""
-    dt = np.diff(time)
-    period = float(np.median(dt))
-    if np.max(np.abs(dt - period)) > 1e-9 + 1e-6 * period:
-        raise DataError("trajectory time stamps are not uniformly spaced")
-    return substeps_per_period(model, period)
-
-
-def mit_torque(q, dq, q_des, dq_des, tau_ff, kp, kd) -> np.ndarray:
-    """The MIT-mode joint law of Damiao-class drives: tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff.
-
-    Arrays broadcast: q, q_des rad; dq, dq_des rad/s; tau_ff N m; kp N m/rad; kd N m s/rad.
-    Returns tau in N m with the broadcast shape.
-    """
-    return kp * (q_des - q) + kd * (dq_des - dq) + tau_ff
-
+# --- stepping ---------------------------------------------------------------------------------
 
 def diverged(data: mujoco.MjData) -> bool:
     """Whether MuJoCo has reported a diverging state since ``data`` was made or reset.
@@ -233,11 +429,19 @@ def diverged(data: mujoco.MjData) -> bool:
     return bool(counts[_DIVERGENCE_INDEX[0]] or counts[_DIVERGENCE_INDEX[1]] or counts[_DIVERGENCE_INDEX[2]])
 
 
+def _diverging_dof(data: mujoco.MjData) -> int:
+    """The dof MuJoCo named in its latest divergence warning (its ``lastinfo``)."""
+    for index in _DIVERGENCE_INDEX[::-1]:
+        if data.warning.number[index]:
+            return int(data.warning.lastinfo[index])
+    return -1
+
+
 def step(model: mujoco.MjModel, data: mujoco.MjData, tau, substeps: int = 1) -> None:
     """Apply joint torques tau (nv,) N m as ``qfrc_applied`` and hold them for ``substeps`` mj_step calls.
 
-    The model's actuators are left alone (set ``data.ctrl`` to 0 for a torque-driven arm).
-    Raises DataError when MuJoCo reports divergence (see ``diverged``).
+    The model is stepped as given: pass a ``plant_model`` so its actuators and gravcomp do
+    not act. Raises DataError when MuJoCo reports divergence (see ``diverged``).
     """
     start = data.time  # MuJoCo resets the clock with the state when it diverges
     data.qfrc_applied[:] = tau
@@ -269,51 +473,192 @@ def measure(x: np.ndarray, std: float, resolution: float, gen: np.random.Generat
     return np.round(y / resolution) * resolution if resolution > 0 else y
 
 
-def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward, kp, kd,
-                      noise: MeasurementNoise = MeasurementNoise(), seed=None, joint_names=None,
-                      progress: Callable[[float], None] | None = None,
-                      joint_friction: Callable[[np.ndarray], np.ndarray] | None = None) -> Recording:
-    """Forward-simulate the arm tracking ``trajectory`` under PD + feedforward control.
+# --- what a run did ---------------------------------------------------------------------------
 
-    At every sample i (the control and measurement instants, uniform at the trajectory's
-    sample rate) the controller reads the true state and commands
-    tau_i = kp (q_des_i - q) + kd (dq_des_i - dq) + feedforward_i, held through
-    ``round(1 / (sample_rate * timestep))`` MuJoCo steps and applied as ``qfrc_applied``
-    (the model's actuators get ctrl = 0). The simulation starts at the plan's q[0], dq[0].
+@dataclass(frozen=True)
+class Collision:
+    """Two bodies whose collision geometry the recorded motion made overlap (contacts are off
+    in the plant). ``first_time`` s of the first overlap seen, ``depth`` m the deepest."""
 
-    feedforward: (N, n) N m, typically the nominal model's inverse dynamics of the plan.
-    kp (N m/rad), kd (N m s/rad): scalars or (n,); see ``default_gains``.
-    noise: added to the recorded q, dq and commanded tau after the run (``seed`` seeds it).
-    progress: called with the completed fraction in [0, 1] about every 5 % of the run.
-    joint_friction: extra friction of the plant beyond the MJCF's frictionloss and damping, e.g.
-    a ``StribeckFriction``: f(qvel (n,) rad/s) -> (n,) N m, the torque opposing the motion;
-    -f(qvel) is added to the commanded torque in ``qfrc_applied`` before every MuJoCo step
-    (re-evaluated each step, not held per sample). The recorded torque stays the commanded one,
-    as a motor reports it.
-    Returns a Recording (N samples, time as planned) with ddq=None: accelerations must
-    come from the measurements. Raises DataError if the simulation diverges, ValueError
-    for a timestep that does not divide the sample period or for bad gains.
+    body1: str
+    body2: str
+    first_time: float
+    depth: float
+
+
+@dataclass(frozen=True, eq=False)
+class TrackingQuality:
+    """How well a simulated run followed its plan, per joint (n,) in ``joint_names`` order.
+
+    rms_error, max_error: tracking error |q - q_planned|, RMS and peak, rad (m for slides);
+    max_error_time: s, when the peak occurred. tolerance: the peak error above which the run
+    is refused (TRACKING_TOLERANCE_FRACTION of the planned peak-to-peak excursion plus
+    TRACKING_TOLERANCE_FLOOR). torque_limit: N m from the file's actuators, inf where it
+    gives none; torque_usage: peak |commanded torque| / torque_limit (0 where unlimited).
+    collisions: body pairs the motion made overlap. timing: how MuJoCo integrated the run.
+    ``notes()`` gives one line per finding, for a report's data-quality notes.
+    """
+
+    joint_names: tuple
+    rms_error: np.ndarray
+    max_error: np.ndarray
+    max_error_time: np.ndarray
+    tolerance: np.ndarray
+    torque_limit: np.ndarray
+    torque_usage: np.ndarray
+    collisions: tuple
+    timing: SimulationTiming
+
+    def notes(self) -> tuple[str, ...]:
+        """Human-readable findings: the worst tracking, the torque use, collisions, the timing."""
+        j = int(np.argmax(self.max_error / self.tolerance))
+        lines = [f"tracking: worst joint '{self.joint_names[j]}', RMS error {self.rms_error[j]:.2g}, "
+                 f"peak {self.max_error[j]:.2g} at t={self.max_error_time[j]:.3f} s "
+                 f"({100 * self.max_error[j] / self.tolerance[j]:.2g} % of the {self.tolerance[j]:.2g} refusal "
+                 "threshold; "
+                 "rad, m for slides)"]
+        if np.any(np.isfinite(self.torque_limit)):
+            k = int(np.argmax(self.torque_usage))
+            lines.append(f"torque: peak use {100 * self.torque_usage[k]:.2g} % of the actuator limit on "
+                         f"'{self.joint_names[k]}' ({self.torque_limit[k]:.4g} N m)")
+        else:
+            lines.append("torque: the model gives no actuator torque limits; none checked")
+        for c in self.collisions:
+            lines.append(f"collision: the motion makes '{c.body1}' and '{c.body2}' overlap from t={c.first_time:.3f} s "
+                         f"(up to {c.depth * 1e3:.3g} mm in the model's collision geometry); contacts are off in "
+                         "the simulation, a real arm would collide: do not replay this plan on hardware")
+        lines.append(self.timing.describe())
+        return tuple(lines)
+
+    def quality_notes(self) -> tuple[QualityNote, ...]:
+        """A doubtful note for the verdict when the run was accepted with little room: tracking
+        error above DOUBTFUL_FRACTION of its refusal threshold (the arm barely made the motion
+        the excitation was designed for). Torque within the actuator limits is not doubtful:
+        the plant applied every commanded N m (a run beyond the limits is refused)."""
+        ratio = self.max_error / self.tolerance
+        j = int(np.argmax(ratio))
+        if ratio[j] <= DOUBTFUL_FRACTION:
+            return ()
+        return (QualityNote("doubtful", f"joint '{self.joint_names[j]}' was {self.max_error[j]:.3g} rad (m) off its "
+                                        f"plan at t={self.max_error_time[j]:.3f} s, {ratio[j]:.0%} of the refusal "
+                                        "threshold: the arm barely followed the excitation"),)
+
+
+@dataclass(frozen=True, eq=False)
+class SimulatedRun:
+    """A simulated recording and how well the arm followed the plan."""
+
+    recording: Recording
+    quality: TrackingQuality
+
+
+def _collisions(model: mujoco.MjModel, time: np.ndarray, q: np.ndarray) -> tuple:
+    """Body pairs whose collision geoms overlap at the positions q (N, n) rad, checked every
+    _COLLISION_CHECK_PERIOD s with the file's own contact settings (exclusions, filters)."""
+    if model.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT) or model.ngeom < 2:
+        return ()
+    stride = max(1, int(round(_COLLISION_CHECK_PERIOD / (time[1] - time[0]))))
+    data = mujoco.MjData(model)
+    found: dict = {}
+    for i in range(0, len(time), stride):
+        data.qpos[:] = q[i]
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_collision(model, data)
+        for c in range(data.ncon):
+            depth = -float(data.contact.dist[c])
+            if depth <= 0:  # within the margin only: not touching
+                continue
+            pair = tuple(sorted(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, model.geom_bodyid[g]) or
+                                f"body{model.geom_bodyid[g]}" for g in data.contact.geom[c]))
+            first, deepest = found.get(pair, (time[i], 0.0))
+            found[pair] = (first, max(deepest, depth))
+    return tuple(Collision(a, b, float(t), d) for (a, b), (t, d) in sorted(found.items(), key=lambda kv: kv[1][0]))
+
+
+def _assess(plant: mujoco.MjModel, model: mujoco.MjModel, timing: SimulationTiming, names: tuple,
+            time: np.ndarray, q_plan: np.ndarray, q: np.ndarray, tau: np.ndarray) -> TrackingQuality:
+    """The run's TrackingQuality, or TrackingError for a joint-limit hit, a torque beyond the
+    actuators' limits or a tracking error beyond tolerance (checked in this order: a limit hit
+    or a saturation explains the tracking error that usually comes with it)."""
+    interval = _limit_interval(plant)
+    excess = np.maximum(interval[:, 0] - q, q - interval[:, 1])
+    if np.any(excess > _LIMIT_TOLERANCE):
+        hits = np.argwhere(excess > _LIMIT_TOLERANCE)
+        i, j = hits[np.argmin(hits[:, 0])]  # the first hit in time
+        deepest = float(excess[:, j].max())
+        raise TrackingError(f"joint '{names[j]}' hit its {'lower' if q[i, j] < interval[j, 0] else 'upper'} limit at "
+                            f"t={time[i]:.3f} s and went up to {deepest:.3g} rad (m) beyond it: the arm ran into its "
+                            "end stop, the recording holds forces no model explains", names[j], float(time[i]), deepest)
+    limit = torque_limits(model)
+    usage = np.where(np.isfinite(limit), np.abs(tau).max(axis=0) / limit, 0.0)
+    if np.any(usage > 1.0):
+        j = int(np.argmax(usage))
+        i = int(np.argmax(np.abs(tau[:, j])))
+        raise TrackingError(f"joint '{names[j]}' needed {tau[i, j]:.4g} N m at t={time[i]:.3f} s, {usage[j]:.0%} of "
+                            f"its {limit[j]:.4g} N m actuator limit: the arm could not make this motion (slow the "
+                            "excitation down, e.g. --max-velocity)", names[j], float(time[i]), float(abs(tau[i, j])))
+    error = np.abs(q - q_plan)
+    tolerance = TRACKING_TOLERANCE_FRACTION * np.ptp(q_plan, axis=0) + TRACKING_TOLERANCE_FLOOR
+    peak_index = np.argmax(error, axis=0)
+    max_error = error[peak_index, np.arange(len(names))]
+    if np.any(max_error > tolerance):
+        j = int(np.argmax(max_error / tolerance))
+        raise TrackingError(f"joint '{names[j]}' was {max_error[j]:.3g} rad (m) off its plan at "
+                            f"t={time[peak_index[j]]:.3f} s, beyond the {tolerance[j]:.3g} tolerance "
+                            f"({TRACKING_TOLERANCE_FRACTION:.0%} of its planned excursion + "
+                            f"{TRACKING_TOLERANCE_FLOOR:g}): the arm did not follow the plan",
+                            names[j], float(time[peak_index[j]]), float(max_error[j]))
+    return TrackingQuality(joint_names=names, rms_error=np.sqrt(np.mean(error ** 2, axis=0)), max_error=max_error,
+                           max_error_time=time[peak_index].copy(), tolerance=tolerance, torque_limit=limit,
+                           torque_usage=usage, collisions=_collisions(model, time, q), timing=timing)
+
+
+# --- the sources ------------------------------------------------------------------------------
+
+def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=None) -> Recording:
+    """Noise-free torques that realise the plan exactly, from MuJoCo's inverse dynamics of the plant.
+
+    For every sample, qpos/qvel/qacc = planned q (rad), dq (rad/s), ddq (rad/s^2) and the
+    torque (N, n) N m is ``qfrc_inverse`` of ``plant_model`` (no gravcomp, no contacts; the
+    timestep ``simulation_timing`` picks for the plan's rate, which sets the soft constraints):
+    rigid body, armature, damping, springs and the soft friction-loss constraint force (equal
+    to Coulomb friction once the joint slides). ``joint_names`` (n,) default to the model's.
+    The Recording carries ddq = the planned ddq. TrackingError when the plan leaves a joint's range.
     """
     _check_model(model)
     num = _check_trajectory(model, trajectory)
     names = _joint_names(model, joint_names)
+    _check_plan_within_limits(model, trajectory, names)
+    plant = plant_model(model, simulation_timing(model, _sample_rate(trajectory.time)))
+    q, dq, ddq = (np.asarray(a, dtype=float) for a in (trajectory.q, trajectory.dq, trajectory.ddq))
+    data = mujoco.MjData(plant)
+    tau = np.empty((num, model.nv))
+    # MuJoCo's inverse dynamics is the oracle here and takes one state at a time.
+    for i in range(num):
+        data.qpos[:] = q[i]
+        data.qvel[:] = dq[i]
+        data.qacc[:] = ddq[i]
+        mujoco.mj_inverse(plant, data)
+        tau[i] = data.qfrc_inverse
+    return Recording(time=np.asarray(trajectory.time, dtype=float).copy(), q=q.copy(), dq=dq.copy(),
+                     tau=tau, joint_names=names, ddq=ddq.copy())
+
+
+def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+         noise: MeasurementNoise, seed, names: tuple, progress, joint_friction) -> SimulatedRun:
+    """Simulate the plant of ``model`` under ``law(i, q, dq) -> tau`` (N m) at every sample i,
+    then check and measure what it recorded."""
+    num = len(trajectory.time)
     n = model.nv
     time = np.asarray(trajectory.time, dtype=float)
-    ff = np.asarray(feedforward, dtype=float)
-    if ff.shape != (num, n):
-        raise DataError(f"feedforward has shape {ff.shape}, expected ({num}, {n})")
-    if not np.all(np.isfinite(ff)):
-        raise DataError("feedforward contains NaN or infinite values")
-    kp = _per_joint(kp, n, "kp", "N m/rad")
-    kd = _per_joint(kd, n, "kd", "N m s/rad")
-    steps = _substeps(model, time)
+    timing = simulation_timing(model, _sample_rate(time))
+    plant = plant_model(model, timing)
+    steps = timing.substeps
 
-    data = mujoco.MjData(model)
+    data = mujoco.MjData(plant)
     data.qpos[:] = trajectory.q[0]
     data.qvel[:] = trajectory.dq[0]
-    data.ctrl[:] = 0.0
     qpos, qvel = data.qpos, data.qvel
-    q_des, dq_des = np.asarray(trajectory.q, dtype=float), np.asarray(trajectory.dq, dtype=float)
     q_true, dq_true, tau_cmd = (np.empty((num, n)) for _ in range(3))
     report_every = max(1, int(np.ceil(_PROGRESS_STEP * (num - 1))))
 
@@ -321,31 +666,107 @@ def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward
         for i in range(num):
             q_true[i] = qpos
             dq_true[i] = qvel
-            tau = mit_torque(qpos, qvel, q_des[i], dq_des[i], ff[i], kp, kd)
+            tau = law(i, q_true[i], dq_true[i])
             tau_cmd[i] = tau
             if i == num - 1:
                 break
             try:
                 if joint_friction is None:
-                    step(model, data, tau, steps)
+                    step(plant, data, tau, steps)
                 else:
                     for _ in range(steps):  # friction follows the velocity within the sample
-                        step(model, data, tau - joint_friction(np.array(qvel)), 1)
+                        step(plant, data, tau - joint_friction(np.array(qvel)), 1)
             except DataError:
-                raise DataError(f"simulation diverged between t={time[i]:.4f} s and t={time[i + 1]:.4f} s "
-                                f"(MuJoCo: {' '.join(messages) or 'bad state'}): the gains are too high "
-                                "for the timestep, or the feedforward is wrong") from None
+                dof = _diverging_dof(data)
+                joint = names[dof] if 0 <= dof < n else None
+                where = f" at joint '{joint}'" if joint else ""
+                raise TrackingError(
+                    f"simulation diverged{where} between t={time[i]:.4f} s and t={time[i + 1]:.4f} s "
+                    f"(MuJoCo: {' '.join(messages) or 'bad state'}; peak |tau| {np.abs(tau).max():.3g} N m): the "
+                    "controller's gains are too high for the timestep, or the feed-forward is wrong",
+                    joint, float(time[i]), float(np.abs(tau).max())) from None
             if progress is not None and (i + 1) % report_every == 0 and i + 1 < num - 1:
                 progress((i + 1) / (num - 1))
     if not (np.all(np.isfinite(q_true)) and np.all(np.isfinite(dq_true)) and np.all(np.isfinite(tau_cmd))):
         first = int(np.flatnonzero(~np.isfinite(np.hstack([q_true, dq_true, tau_cmd])).any(axis=1))[0])
-        raise DataError(f"simulation diverged: non-finite state at t={time[first]:.4f} s")
+        raise TrackingError(f"simulation diverged: non-finite state or torque at t={time[first]:.4f} s",
+                            time=float(time[first]))
+    quality = _assess(plant, model, timing, names, time, np.asarray(trajectory.q, dtype=float), q_true, tau_cmd)
     if progress is not None:
         progress(1.0)
 
     gen = np.random.default_rng(seed)
-    return Recording(time=time.copy(),
-                     q=measure(q_true, noise.q_std, noise.q_resolution, gen),
-                     dq=measure(dq_true, noise.dq_std, noise.dq_resolution, gen),
-                     tau=measure(tau_cmd, noise.tau_std, noise.tau_resolution, gen),
-                     joint_names=names)
+    recording = Recording(time=time.copy(),
+                          q=measure(q_true, noise.q_std, noise.q_resolution, gen),
+                          dq=measure(dq_true, noise.dq_std, noise.dq_resolution, gen),
+                          tau=measure(tau_cmd, noise.tau_std, noise.tau_resolution, gen),
+                          joint_names=names, quality_notes=quality.quality_notes())
+    return SimulatedRun(recording, quality)
+
+
+def _prepare(model, trajectory, joint_names) -> tuple:
+    _check_model(model)
+    _check_trajectory(model, trajectory)
+    names = _joint_names(model, joint_names)
+    _check_plan_within_limits(model, trajectory, names)
+    return names
+
+
+def simulate(model: mujoco.MjModel, trajectory: Trajectory, nominal: mujoco.MjModel | None = None,
+             noise: MeasurementNoise = MeasurementNoise(), seed=None, joint_names=None,
+             progress: Callable[[float], None] | None = None,
+             joint_friction: Callable[[np.ndarray], np.ndarray] | None = None,
+             bandwidth_hz: float | None = None) -> SimulatedRun:
+    """The sim source: the plant of ``model`` tracks ``trajectory`` under computed-torque control.
+
+    At every sample i (the control and measurement instants, uniform at the trajectory's rate)
+    the controller reads the true state and commands ``ComputedTorque(nominal).torque`` for the
+    plan's sample i (nominal: the model the controller knows, default ``model`` itself; same
+    dofs), held through ``simulation_timing``'s substeps as ``qfrc_applied``. The simulation
+    starts at the plan's q[0], dq[0]. The recorded torque is the commanded one, as a motor
+    reports it; q, dq and tau get ``noise`` after the run (``seed`` seeds it).
+    progress: called with the completed fraction in [0, 1] about every 5 % of the run.
+    joint_friction: extra plant friction f(qvel (n,) rad/s) -> (n,) N m opposing the motion
+    (e.g. ``StribeckFriction``), re-evaluated every MuJoCo step; the controller does not know it.
+    bandwidth_hz: of the controller (default DEFAULT_BANDWIDTH_HZ, at most sample_rate / 50).
+    Returns the Recording (N samples, time as planned, ddq=None) and its TrackingQuality.
+    Raises TrackingError for a plan outside the joint limits and for a run that diverged, hit
+    a limit, saturated an actuator or did not follow the plan.
+    """
+    names = _prepare(model, trajectory, joint_names)
+    nominal = model if nominal is None else nominal
+    if nominal.nv != model.nv:
+        raise ValueError(f"the nominal model has {nominal.nv} dofs, the simulated one {model.nv}")
+    controller = ComputedTorque(nominal, _sample_rate(trajectory.time), bandwidth_hz)
+    q_des, dq_des, ddq_des = (np.asarray(a, dtype=float) for a in (trajectory.q, trajectory.dq, trajectory.ddq))
+
+    def law(i, q, dq):
+        return controller.torque(q, dq, q_des[i], dq_des[i], ddq_des[i])
+    return _run(model, trajectory, law, noise, seed, names, progress, joint_friction)
+
+
+def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward, kp, kd,
+                      noise: MeasurementNoise = MeasurementNoise(), seed=None, joint_names=None,
+                      progress: Callable[[float], None] | None = None,
+                      joint_friction: Callable[[np.ndarray], np.ndarray] | None = None) -> Recording:
+    """Like ``simulate``, under the MIT-mode PD + feed-forward law instead of computed torque.
+
+    tau_i = kp (q_des_i - q) + kd (dq_des_i - dq) + feedforward_i at every sample i.
+    feedforward: (N, n) N m, typically the nominal model's inverse dynamics of the plan.
+    kp (N m/rad), kd (N m s/rad): scalars or (n,); see ``default_gains``. Same plant, timing,
+    noise, checks and errors as ``simulate``; returns only the Recording.
+    """
+    names = _prepare(model, trajectory, joint_names)
+    num, n = len(trajectory.time), model.nv
+    ff = np.asarray(feedforward, dtype=float)
+    if ff.shape != (num, n):
+        raise DataError(f"feedforward has shape {ff.shape}, expected ({num}, {n})")
+    if not np.all(np.isfinite(ff)):
+        raise DataError("feedforward contains NaN or infinite values")
+    kp = _per_joint(kp, n, "kp", "N m/rad")
+    kd = _per_joint(kd, n, "kd", "N m s/rad")
+    q_des, dq_des = np.asarray(trajectory.q, dtype=float), np.asarray(trajectory.dq, dtype=float)
+
+    def law(i, q, dq):
+        return mit_torque(q, dq, q_des[i], dq_des[i], ff[i], kp, kd)
+    return _run(model, trajectory, law, noise, seed, names, progress, joint_friction).recording

@@ -2,30 +2,61 @@
 
 Start-up: open the bus; with ``read_limits_from_motor`` read each motor's PMAX/VMAX/TMAX
 registers (a motor that does not answer keeps the table's values, with a warning); enable
-every motor, retrying, and wait for its feedback on its master id. A motor that never
-answers stops the start: every motor is disabled again and the node raises.
+every motor and wait for its confirmation. A motor that never answers stops the start: every
+motor is disabled again and the node raises.
 
 Every control period (``control_rate_hz``, steady clock) the node
 1. takes the feedback frames that arrived (the motors answer each frame once), waiting up
-   to a quarter period for replies still missing,
+   to a quarter period for replies still missing, and believes only those that can be
+   feedback of the motor on that id (``screen_feedback``: 8 bytes, the motor-id nibble, a
+   position the motor can have reached); the others are counted, reported on
+   ``/diagnostics`` and logged at most every few seconds,
 2. once every motor has answered since the last message, publishes ``joint_states``:
    position, velocity and torque mapped to the joint side (direction, offset), stamped with
-   the bus time of the newest reply (a motor lost to a fault is left out of the message),
-3. sends one frame per motor: the MIT command of the latest ``sysid/joint_command``
+   the bus time of the newest reply (a silent motor is left out of the message),
+3. sends exactly one frame per motor: the special frame of a running request (enable,
+   disable, clear error), else the MIT command of the latest ``sysid/joint_command``
    (JointState, matched by name, partial commands allowed; p_des clamped to the joint
-   limits, v_des and t_ff to the motor's VMAX and TMAX), or damping only.
+   limits, v_des and t_ff to the motor's VMAX and TMAX) or damping only; while disabled, a
+   state refresh.
 
-Safety. A joint is tracked only while its command is younger than ``command_timeout_s``,
-was received after the last enable, and lies within ``max_position_error`` of the measured
-position. Otherwise its motor gets damping only: kp = 0, t_ff = 0, v_des = 0, its kd. A
-motor reporting a fault status (0x8-0xE), or silent for ``feedback_timeout_cycles`` (3)
-cycles, is a fault: it is logged, reported on ``/diagnostics``, and while any fault lasts no
-joint is tracked (one limp joint in a stiff arm swings the rest unpredictably). Faults are cleared only by
-``sysid/damiao/clear_errors`` (clear error, then enable). ``sysid/damiao/disable`` and
-``sysid/damiao/enable`` switch all motors; while disabled the node keeps polling the
+Safety (the rules live in sysid_core.damiao.supervisor). A joint is tracked only while its
+command is younger than ``command_timeout_s``, was received after tracking was last allowed
+(an enable, a clear), and lies within ``max_position_error`` of the measured position;
+otherwise its motor gets damping only: kp = 0, t_ff = 0, v_des = 0, its kd. Any status other
+than the one expected (a fault 0x8-0xE, an undefined code, "disabled" from a motor that
+should be enabled), silence for ``feedback_timeout_cycles`` cycles, or a request a motor did
+not complete is a fault: it is latched, logged once, reported on ``/diagnostics``, and until
+``sysid/damiao/clear_errors`` clears it (clear error, then enable) no joint is tracked: a
+motor that reports "enabled" again by itself stays faulted. ``sysid/damiao/disable`` and
+``sysid/damiao/enable`` switch all motors. The services never block the control loop: a
+request runs one frame per cycle in the control timer while every other motor keeps getting
+its frames, and the service answers when it is done. While disabled the node keeps polling the
 motors (state refresh, no motion) so ``joint_states`` goes on. The motors are disabled when
 the node is destroyed (Ctrl-C, SIGTERM, an exception in the executor) and at interpreter
 exit. Bus errors are counted, logged and reported, never raised.
+
+Effort gains (``effort_gains_file``, the JSON ``sysid-calibrate-effort`` writes): a motor
+reports the torque its firmware believes it makes, off by a per-joint factor g = true torque /
+reported. With the file, ``joint_states`` carries g x reported effort (the true joint torque)
+and the feed-forward of every command is sent as t_ff / g, so the joint gets the torque asked
+for. The file must name every joint of the bridge (it may name others: one file for several
+buses); anything else stops the start.
+
+Command log (``command_log_seconds`` of the newest rounds, preallocated, a ring): every round
+of frames, one row: the send time on the clock of the ``joint_states`` stamps (the system
+clock: SocketCAN and the virtual bus stamp in it, and the node clock stands in for adapters
+that do not) and each motor's MIT command as the motor decodes it (the frame's bytes are kept
+and decoded when saved, so the log carries the protocol's quantisation), joint side, in the
+units of the published effort (tau_ff, kp, kd times the effort gain). A motor that got a
+special frame or a state refresh that round holds no command: its row is zero (kp = kd = t_ff
+= 0). ``sysid/damiao/save_commands`` (std_srvs/Trigger) writes the log to
+``command_log_dir``/commands_<date>_<time>.npz (``identification.actuator.CommandLog.load``
+reads it) from a worker thread, and answers with the path.
+
+All names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/damiao/enable``,
+...), so the node runs under a namespace; ``/diagnostics`` is the one global topic the
+diagnostics tools read, and its status names carry the node's namespace.
 
 Bad parameters (lengths that differ, unknown motor types, joint limits the motor cannot
 represent, a bus that cannot be opened) raise ValueError from the constructor, with
@@ -35,40 +66,63 @@ from __future__ import annotations
 
 import atexit
 import math
+import threading
 import time
+from pathlib import Path
 
 import can
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
+from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
 from sysid_core.damiao import protocol
 from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
+from sysid_core.damiao.supervisor import CLEAR, DISABLE, ENABLE, Supervisor, screen_feedback
+from sysid_core.errors import DataError
+from sysid_core.identification.actuator import CommandLog, EffortGains
 from sysid_ros.entry_point import spin_node
 
-ENABLE_ATTEMPTS = 5
-REPLY_WAIT_S = 0.02          # per attempt; a motor answers within a fraction of a millisecond
+ENABLE_ATTEMPTS = 5          # a request sends its frame at least this many times to a motor ...
+REQUEST_TIMEOUT_S = 0.1      # ... and for at least this long, one frame per cycle
 REGISTER_WAIT_S = 0.05
 REPLY_GRACE = 0.25           # of a control period, waited each cycle for replies still missing
 DIAGNOSTICS_PERIOD_S = 1.0
-WARN_PERIOD_S = 5.0
+WARN_PERIOD_S = 5.0          # a warning of one kind is logged at most this often (the rest counted)
 MAX_NAME_LAYOUTS = 64       # name orders of joint_command remembered (a publisher sends one or two)
+# frames read per cycle at most: a full 1 Mbit/s bus brings under 20 per 2 ms cycle (CAN FD a
+# few times that); the bound keeps a babbling source from holding the control loop up
+MAX_FRAMES_PER_CYCLE = 256
 # bus timestamps farther than this from the system clock are not epoch times (some adapters
 # count from power-up): the node clock stamps the message then
 STAMP_PLAUSIBLE_S = 1.0
 
 
+def load_effort_gains(path, joint_names) -> np.ndarray:
+    """Gains (n,) in ``joint_names`` order from an effort gain file (EffortGains JSON);
+    ValueError naming the file and what is wrong (missing, not such a file, joints without a gain)."""
+    try:
+        return EffortGains.load(path).for_joints(tuple(joint_names))
+    except DataError as err:
+        raise ValueError(f"effort_gains_file: {err}: give every joint of joint_names a gain (a joint not "
+                         'calibrated, e.g. a gripper, may be added by hand with {"gain": 1.0, "std": 0.0})') from None
+
+
 class DamiaoBridge(Node):
-    """The bridge. Public for tests: ``arm`` (DamiaoArm), ``published`` (JointState messages),
-    ``frames_sent``, ``frames_received``, ``bus_errors``, ``status`` (n,) last status code per
-    motor (-1 before any feedback), ``lost`` (n,) bool, ``enabled`` (True while driving),
-    ``tracking`` (n,) bool of the last cycle, ``clamped`` (count of commands clamped)."""
+    """The bridge. Public for tests: ``arm`` (DamiaoArm), ``supervisor`` (fault latch and
+    requests), ``published`` (JointState messages), ``cycles``, ``frames_sent``,
+    ``frames_received`` (accepted), ``frames_rejected`` (on a feedback id, not believable),
+    ``frames_other`` (on ids no motor of this arm answers on), ``bus_errors``, ``status`` (n,) last
+    status code per motor (-1 before any feedback), ``faults`` (n,) latched reason or None,
+    ``lost`` (n,) bool (silent now), ``enabled``, ``tracking`` (n,) bool of the last cycle,
+    ``clamped`` (count of commands clamped)."""
 
     def __init__(self, **kwargs):
         super().__init__('damiao_bridge', **kwargs)
@@ -92,10 +146,17 @@ class DamiaoBridge(Node):
         self.declare_parameter('max_position_error', 0.5)
         self.declare_parameter('feedback_timeout_cycles', 3)
         self.declare_parameter('read_limits_from_motor', True)
+        self.declare_parameter('effort_gains_file', '')
+        self.declare_parameter('command_log_seconds', 300.0)
+        self.declare_parameter('command_log_dir', 'sysid_output')
 
-        self.published = self.frames_sent = self.frames_received = self.bus_errors = self.clamped = 0
-        self.enabled = False
+        self.published = self.cycles = self.frames_sent = self.frames_received = 0
+        self.frames_rejected = self.frames_other = self.bus_errors = self.clamped = 0
         self._bus = None
+        self._publishing = True
+        # the control timer and the services run in different callback groups (a service
+        # awaits its request while the timer runs it): one lock for the state both touch
+        self._lock = threading.Lock()
         try:
             self._start()
         except BaseException:
@@ -103,10 +164,23 @@ class DamiaoBridge(Node):
             raise
         atexit.register(self._release)
         self.get_logger().info(
-            f"{self.arm.n} motors on {self._param('can_interface')}:{self._param('can_channel')} enabled, "
+            f"{self.arm.n} motors on {self._param('can_interface')}:{self._param('can_channel')}, "
             f"{self._rate:g} Hz: " + ", ".join(
                 f"{j} {t} 0x{c:02X}/0x{m:02X}" for j, t, c, m in
-                zip(self.arm.joint_names, self.arm.motor_types, self.arm.can_ids, self.arm.master_ids)))
+                zip(self.arm.joint_names, self.arm.motor_types, self.arm.can_ids, self.arm.master_ids))
+            + ("; all enabled" if not any(self.faults) else f"; faulted: {self.supervisor.describe(self._faulted())}"))
+
+    @property
+    def status(self) -> np.ndarray:
+        return self.supervisor.status
+
+    @property
+    def faults(self) -> list:
+        return self.supervisor.faults
+
+    @property
+    def enabled(self) -> bool:
+        return self.supervisor.enabled
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -123,12 +197,25 @@ class DamiaoBridge(Node):
                              f"{self._rate}, {self._timeout}, {self._max_error}, {self._silent_cycles}")
         self.arm = self._arm_from_parameters()
         n = self.arm.n
+        gains_file = str(self._param('effort_gains_file'))
+        self.effort_gains = load_effort_gains(gains_file, self.arm.joint_names) if gains_file else np.ones(n)
+        log_seconds = float(self._param('command_log_seconds'))
+        if not (math.isfinite(log_seconds) and log_seconds >= 0):
+            raise ValueError(f"command_log_seconds must be >= 0 (0: no log), got {log_seconds}")
+        # preallocated: a row per round, written in place by the control loop (no allocation)
+        self._log_rows = math.ceil(log_seconds * self._rate)
+        self._log_time = np.zeros(self._log_rows)
+        self._log_frames = bytearray(self._log_rows * n * protocol.FRAME_LENGTH)
+        self._log_mit = bytearray(self._log_rows * n)   # 1 where the motor got an MIT frame
+        self._log_next = self._log_count = 0
+        self.supervisor = Supervisor(self.arm.joint_names,
+                                     max(ENABLE_ATTEMPTS, math.ceil(REQUEST_TIMEOUT_S * self._rate)))
         self._by_master = {mid: j for j, mid in enumerate(self.arm.master_ids)}
-        self.status = np.full(n, -1)
         self.lost = np.zeros(n, dtype=bool)
         self.tracking = np.zeros(n, dtype=bool)
         self._feedback = np.zeros((3, n))        # motor-side position, velocity, torque
         self._temperatures = np.zeros((2, n), dtype=int)
+        self._accepted_at = np.full(n, np.nan)   # time.monotonic() of the last accepted feedback
         self._fresh = np.zeros(n, dtype=bool)    # feedback since the last joint_states
         self._answered = np.zeros(n, dtype=bool)  # feedback since the last cycle
         self._missed = np.zeros(n, dtype=int)    # rounds of frames left unanswered, in a row
@@ -136,23 +223,35 @@ class DamiaoBridge(Node):
         self._bus_stamp = np.zeros(n)
         self._command = np.full((3, n), np.nan)  # joint-side q_des, dq_des, tau_ff
         self._command_time = np.full(n, -np.inf)  # time.monotonic() of receipt
-        self._armed_at = math.inf                 # commands older than the last enable are stale
+        self._armed_at = math.inf                 # commands older than this are stale
+        self._armed = False                       # tracking allowed in the last cycle
+        self._waiters = []                        # (request, Future) of services awaiting a request
+        self._reading_registers = False
         self._register_replies = {}
         self._command_layouts = {}
-        self._last_warning = {}
-        self._last_bus_error = ''
+        self._warnings = {}                       # key -> (time logged, messages suppressed since)
+        self._last_bus_error = self._last_rejected = ''
+        self._diagnostics_name = self.get_fully_qualified_name().lstrip('/')
         self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=100))
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
 
         self._bus = self._open_bus()
         if self._param('read_limits_from_motor'):
             self._read_limits()
-        self._enable(range(n), require_answer=True)
+        request = self._run_now(ENABLE)
+        if request.silent:
+            raise ValueError("no feedback from " + ", ".join(
+                f"{self.arm.joint_names[j]} (command id 0x{self.arm.can_ids[j]:02X}, feedback id "
+                f"0x{self.arm.master_ids[j]:02X})" for j in request.silent)
+                + f" after {self.supervisor.request_cycles} enable frames: check power, wiring, termination, "
+                "the ids and the bitrate (CAN 2.0 vs FD)")
 
         self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
-        self.create_service(Trigger, 'sysid/damiao/enable', self._on_enable)
-        self.create_service(Trigger, 'sysid/damiao/disable', self._on_disable)
-        self.create_service(Trigger, 'sysid/damiao/clear_errors', self._on_clear_errors)
+        services = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, 'sysid/damiao/enable', self._on_enable, callback_group=services)
+        self.create_service(Trigger, 'sysid/damiao/disable', self._on_disable, callback_group=services)
+        self.create_service(Trigger, 'sysid/damiao/clear_errors', self._on_clear_errors, callback_group=services)
+        self.create_service(Trigger, 'sysid/damiao/save_commands', self._on_save_commands, callback_group=services)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0 / self._rate, self._on_cycle, clock=steady)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics, clock=steady)
@@ -181,9 +280,11 @@ class DamiaoBridge(Node):
     def _open_bus(self) -> can.BusABC:
         interface, channel = self._param('can_interface'), self._param('can_channel')
         bitrate, fd = int(self._param('can_bitrate')), bool(self._param('can_fd'))
-        options = dict(interface=interface, channel=channel, bitrate=bitrate,
-                       can_filters=[{'can_id': m, 'can_mask': 0x7FF, 'extended': False}
-                                    for m in self.arm.master_ids])
+        # no can_filters: interfaces that filter in software (virtual, slcan, serial adapters)
+        # answer recv(timeout=0) with None as soon as the next frame fails the filter, however
+        # many replies wait behind it, so noise on other ids would hold the feedback back;
+        # _receive sorts the ids itself
+        options = dict(interface=interface, channel=channel, bitrate=bitrate)
         if fd:
             options.update(fd=True, data_bitrate=int(self._param('can_data_bitrate')))
         try:
@@ -196,6 +297,7 @@ class DamiaoBridge(Node):
     def _read_limits(self) -> None:
         """PMAX/VMAX/TMAX from each motor's registers; the table's values where a motor is silent."""
         limits = list(self.arm.limits)
+        self._reading_registers = True
         for j in range(self.arm.n):
             values = [self._read_register(j, rid) for rid in (protocol.RID_PMAX, protocol.RID_VMAX, protocol.RID_TMAX)]
             name = f"{self.arm.joint_names[j]} (0x{self.arm.can_ids[j]:02X})"
@@ -208,6 +310,7 @@ class DamiaoBridge(Node):
             if limits[j] != self.arm.limits[j]:
                 self.get_logger().warning(f"{name} registers say {limits[j]}, the {self.arm.motor_types[j]} table "
                                           f"{self.arm.limits[j]}: using the registers")
+        self._reading_registers = False
         self.arm = self.arm.with_limits(limits)
 
     def _read_register(self, j: int, rid: int):
@@ -218,51 +321,19 @@ class DamiaoBridge(Node):
             self._receive(timeout=max(deadline - time.monotonic(), 0.0))
         return self._register_replies.pop((j, rid), None)
 
-    def _enable(self, joints, require_answer: bool) -> list:
-        """Enable ``joints`` (retrying); returns those not confirmed enabled by a reply.
-
-        require_answer: a motor that never answers raises ValueError (the caller disables all).
-        """
-        joints = list(joints)
-        confirmed, answered = set(), set()
-        pending = [j for j in joints if self.status[j] not in protocol.FAULT_STATUSES]
-        for _ in range(ENABLE_ATTEMPTS):
-            if not pending:
-                break
-            self._request(pending, protocol.enable_frame(),
-                          lambda status: status == protocol.STATUS_ENABLED or status in protocol.FAULT_STATUSES)
-            answered.update(j for j in pending if self._answered[j])
-            confirmed.update(j for j in pending if self._answered[j] and self.status[j] == protocol.STATUS_ENABLED)
-            pending = [j for j in pending if j not in confirmed and self.status[j] not in protocol.FAULT_STATUSES]
-        silent = [j for j in joints if j not in answered and self.status[j] not in protocol.FAULT_STATUSES]
-        if require_answer and silent:
-            raise ValueError("no feedback from " + ", ".join(
-                f"{self.arm.joint_names[j]} (command id 0x{self.arm.can_ids[j]:02X}, feedback id "
-                f"0x{self.arm.master_ids[j]:02X})" for j in silent)
-                + f" after {ENABLE_ATTEMPTS} enable attempts: check power, wiring, termination, the ids "
-                "and the bitrate (CAN 2.0 vs FD)")
-        for j in joints:
-            if self.status[j] in protocol.FAULT_STATUSES:
-                self._log_fault(j, f"fault 0x{self.status[j]:X} ({protocol.status_text(self.status[j])})")
-        self.enabled = True
-        self._armed_at = time.monotonic()
-        self._missed[:] = 0
-        return [j for j in joints if j not in confirmed]
-
-    def _request(self, joints, payload: bytes, settled) -> None:
-        """Send the special frame ``payload`` to each of ``joints`` and handle replies until every
-        one answered and ``settled(status)`` holds, or REPLY_WAIT_S passed.
-
-        Replies to frames sent before the request may still be in flight: only the state
-        asked for ends the wait early.
-        """
-        for j in joints:
-            self._answered[j] = False
-            self._send_frame(self.arm.can_ids[j], payload)
-        deadline = time.monotonic() + REPLY_WAIT_S
-        while not all(self._answered[j] and settled(self.status[j]) for j in joints) \
-                and time.monotonic() < deadline:
-            self._receive(timeout=max(deadline - time.monotonic(), 0.0))
+    def _run_now(self, kind: str):
+        """Run a request to its end here, cycle by cycle at the control rate: at start-up and
+        shutdown, when no executor drives the control timer."""
+        with self._lock:
+            request = self.supervisor.start(kind)
+        period = 1.0 / self._rate
+        wake = time.monotonic()
+        while not request.done and self._bus is not None:
+            with self._lock:
+                self._cycle()
+            wake += period
+            time.sleep(max(wake - time.monotonic(), 0.0))
+        return request
 
     # --- bus I/O ----------------------------------------------------------------------------
 
@@ -289,27 +360,44 @@ class DamiaoBridge(Node):
             self._bus_error(f"error frame 0x{msg.arbitration_id:X} {bytes(msg.data).hex(' ')}")
             return True
         j = self._by_master.get(msg.arbitration_id)
-        if j is None or len(msg.data) != protocol.FRAME_LENGTH:
+        if j is None:
+            self.frames_other += 1   # other traffic on the bus (or noise): none of this arm's business
             return True
-        self.frames_received += 1
         data = bytes(msg.data)
+        if msg.is_extended_id or msg.is_remote_frame:
+            self._reject(msg, "remote frame" if msg.is_remote_frame else "extended id")
+            return True
         can_id = self.arm.can_ids[j]
         # register replies share the master id with feedback; they echo the motor's id and an op code
-        # (only read before enabling, so a feedback frame is never mistaken for one later)
-        if not self.enabled and data[2] in (protocol.OP_READ, protocol.OP_WRITE) and data[0] | data[1] << 8 == can_id:
+        # (only read at start-up, so a feedback frame is never mistaken for one later)
+        if self._reading_registers and len(data) == protocol.FRAME_LENGTH \
+                and data[2] in (protocol.OP_READ, protocol.OP_WRITE) and data[0] | data[1] << 8 == can_id:
             _, _, rid, value = protocol.decode_register_reply(data)
             self._register_replies[(j, rid)] = value
+            self.frames_received += 1
             return True
-        feedback = protocol.decode_feedback(data, self.arm.limits[j])
+        now = time.monotonic()
+        seen = not math.isnan(self._accepted_at[j])
+        feedback, why = screen_feedback(data, can_id, self.arm.limits[j], self._feedback[0, j] if seen else None,
+                                        now - self._accepted_at[j] if seen else 0.0)
+        if feedback is None:
+            self._reject(msg, why)
+            return True
+        self.frames_received += 1
         self._feedback[:, j] = feedback.position, feedback.velocity, feedback.torque
         self._temperatures[:, j] = feedback.mosfet_temperature, feedback.rotor_temperature
-        new_fault = feedback.fault and self.status[j] != feedback.status
-        self.status[j] = feedback.status
-        if new_fault:
-            self._log_fault(j, f"fault 0x{feedback.status:X} ({feedback.status_text})")
+        self._accepted_at[j] = now
         self._fresh[j] = self._answered[j] = True
+        self.lost[j] = False
         self._bus_stamp[j] = msg.timestamp
+        self.supervisor.feedback(j, feedback.status)
+        self._log_new_faults()
         return True
+
+    def _reject(self, msg: can.Message, why: str) -> None:
+        self.frames_rejected += 1
+        self._last_rejected = f"0x{msg.arbitration_id:03X} [{bytes(msg.data).hex(' ')}]: {why}"
+        self._warn('rejected', f"CAN frame ignored: {self._last_rejected} ({self.frames_rejected} so far)")
 
     def _bus_error(self, message: str) -> None:
         self.bus_errors += 1
@@ -319,23 +407,35 @@ class DamiaoBridge(Node):
     # --- control cycle ----------------------------------------------------------------------
 
     def _on_cycle(self):
+        with self._lock:
+            self._cycle()
+            done = [future for request, future in self._waiters if request.done]
+            if done:
+                self._waiters = [w for w in self._waiters if not w[0].done]
+        # wake the services whose request ended (outside the lock: in a multi-threaded
+        # executor the awaiting coroutine may resume at once)
+        for future in done:
+            future.set_result(True)
+
+    def _cycle(self):
         if self._bus is None:  # released at interpreter exit before the node was destroyed
             return
-        while self._receive():
-            pass
+        for _ in range(MAX_FRAMES_PER_CYCLE):
+            if not self._receive():
+                break
         # a reply or two still on the wire: wait a fraction of the period for them rather than
         # skip this cycle's joint_states (the wait releases the CPU to whoever sends them)
         deadline = time.monotonic() + REPLY_GRACE * (1.0 / self._rate)
         while not np.all(self._answered | self.lost) and time.monotonic() < deadline:
             self._receive(timeout=max(deadline - time.monotonic(), 0.0))
         self._check_feedback()
-        self._publish_state()
+        if self._publishing:
+            self._publish_state()
+        special = self.supervisor.cycle()
+        self._log_new_faults()
         self._round_sent = time.monotonic()
-        if self.enabled:
-            self._send_commands()
-        else:  # disabled: poll the state without moving anything
-            for can_id in self.arm.can_ids:
-                self._send_frame(*protocol.refresh_frame(can_id))
+        self._send(special)
+        self.cycles += 1
 
     def _check_feedback(self) -> None:
         # a cycle without a reply counts only if the last round of frames had half a period to
@@ -345,17 +445,19 @@ class DamiaoBridge(Node):
         self._answered[:] = False
         for j in np.flatnonzero((self._missed >= self._silent_cycles) & ~self.lost):
             self.lost[j] = True
-            self._log_fault(j, f"no feedback for {self._silent_cycles} cycles")
+            self.supervisor.lost(j, f"no feedback for {self._silent_cycles} cycles")
+        self._log_new_faults()
 
     def _publish_state(self) -> None:
         # one message per round of replies: a reply that missed this cycle (bus or scheduling
         # jitter) arrives by the next, so wait for it rather than publish a partial message
-        # that consumers matching the whole arm would drop; only lost motors are left out
+        # that consumers matching the whole arm would drop; only silent motors are left out
         if not self._fresh.any() or not np.all(self._fresh | self.lost):
             return
         fresh = np.flatnonzero(self._fresh)
         self._fresh[:] = False
         q, dq, tau = self.arm.to_joint(*self._feedback)
+        tau *= self.effort_gains
         msg = JointState()
         stamp = float(self._bus_stamp[fresh].max())
         if abs(stamp - time.time()) < STAMP_PLAUSIBLE_S:
@@ -368,12 +470,44 @@ class DamiaoBridge(Node):
         self._state_pub.publish(msg)
         self.published += 1
 
-    def _send_commands(self) -> None:
-        faulted = self.lost | np.isin(self.status, tuple(protocol.FAULT_STATUSES))
-        q_measured = self.arm.to_joint(*self._feedback)[0]
+    def _send(self, special: dict) -> None:
+        """One frame per motor: ``special`` {joint: payload} of a request, else the MIT command
+        (enabled) or a state refresh (disabled)."""
+        may_track = self.supervisor.may_track
+        if may_track and not self._armed:
+            self._armed_at = time.monotonic()   # commands from before are stale
+        self._armed = may_track
+        commands = self._commands(may_track) if self.supervisor.enabled else None
+        if commands is None:
+            self.tracking[:] = False
+        row = self._log_next
+        if self._log_rows:
+            self._log_time[row] = time.time()   # the clock of the joint_states stamps
+        n = self.arm.n
+        for j, can_id in enumerate(self.arm.can_ids):
+            if j in special:
+                self._send_frame(can_id, special[j])
+                mit = None
+            elif commands is not None:
+                mit = protocol.encode_mit(commands[j], self.arm.limits[j])
+                self._send_frame(can_id, mit)
+            else:
+                self._send_frame(*protocol.refresh_frame(can_id))
+                mit = None
+            if self._log_rows:
+                self._log_mit[row * n + j] = mit is not None
+                if mit is not None:
+                    start = (row * n + j) * protocol.FRAME_LENGTH
+                    self._log_frames[start:start + protocol.FRAME_LENGTH] = mit
+        if self._log_rows:
+            self._log_next = (row + 1) % self._log_rows
+            self._log_count = min(self._log_count + 1, self._log_rows)
+
+    def _commands(self, may_track: bool) -> list:
         received = self._command_time
-        track = (received >= self._armed_at) & (time.monotonic() - received <= self._timeout) & ~faulted.any()
+        track = may_track & (received >= self._armed_at) & (time.monotonic() - received <= self._timeout)
         if self._max_error > 0:
+            q_measured = self.arm.to_joint(*self._feedback)[0]
             target = np.clip(self._command[0], self.arm.lower, self.arm.upper)
             far = track & (np.abs(target - q_measured) > self._max_error)
             if far.any():
@@ -382,13 +516,14 @@ class DamiaoBridge(Node):
                            f"{[self.arm.joint_names[j] for j in np.flatnonzero(far)]}")
                 track &= ~far
         self.tracking = track
-        commands, clamped = self.arm.commands(*self._command, track)
+        # the motor applies gain x what it is sent: send tau / gain to get tau
+        commands, clamped = self.arm.commands(self._command[0], self._command[1],
+                                              self._command[2] / self.effort_gains, track)
         if clamped.any():
             self.clamped += int(clamped.sum())
             self._warn('clamp', f"commands clamped to the joint or motor limits: "
                        f"{[self.arm.joint_names[j] for j in np.flatnonzero(clamped)]} ({self.clamped} so far)")
-        for j, command in enumerate(commands):
-            self._send_frame(self.arm.can_ids[j], protocol.encode_mit(command, self.arm.limits[j]))
+        return commands
 
     # --- subscriptions and services ---------------------------------------------------------
 
@@ -424,79 +559,148 @@ class DamiaoBridge(Node):
         self._command[:, joints] = values
         self._command_time[joints] = time.monotonic()
 
-    def _on_enable(self, request, response):
-        failed = self._enable(range(self.arm.n), require_answer=False)
-        response.success = not failed
-        response.message = ("all motors enabled" if not failed else
-                            "not enabled: " + self._describe(failed) + "; call sysid/damiao/clear_errors for faults")
+    async def _request(self, kind: str):
+        """Start a request and wait, without blocking the executor, until the control timer
+        has run it to its end."""
+        future = Future(executor=self.executor)
+        with self._lock:
+            request = self.supervisor.start(kind)
+            if not request.done:
+                self._waiters.append((request, future))
+        if not request.done:
+            await future
+        return request
+
+    async def _on_enable(self, request, response):
+        done = await self._request(ENABLE)
+        response.success = done.succeeded
+        response.message = done.refused or ("all motors enabled" if not done.failed else
+                                            f"not enabled: {self._failures(done)}; call sysid/damiao/clear_errors")
         return response
 
-    def _on_disable(self, request, response):
-        failed = self._disable()
-        response.success = not failed
-        response.message = "all motors disabled" if not failed else "no disable confirmation from " + \
-            self._describe(failed)
+    async def _on_disable(self, request, response):
+        done = await self._request(DISABLE)
+        response.success = done.succeeded
+        response.message = "all motors disabled" if not done.failed else \
+            f"no disable confirmation from {self._failures(done)}"
         return response
 
-    def _on_clear_errors(self, request, response):
-        faulted = [j for j in range(self.arm.n) if self.lost[j] or self.status[j] in protocol.FAULT_STATUSES]
-        if not faulted:
-            response.success, response.message = True, "no faults"
-            return response
-        self._request(faulted, protocol.clear_error_frame(), lambda status: status not in protocol.FAULT_STATUSES)
-        silent = [j for j in faulted if not self._answered[j]]
-        for j in faulted:
-            self.lost[j] = j in silent
-        answering = [j for j in faulted if j not in silent]
-        failed = silent + (self._enable(answering, require_answer=False) if self.enabled else
-                           [j for j in answering if self.status[j] in protocol.FAULT_STATUSES])
-        response.success = not failed
-        response.message = (f"cleared {[self.arm.joint_names[j] for j in faulted]}" if not failed else
-                            "still faulted: " + self._describe(failed))
+    async def _on_clear_errors(self, request, response):
+        done = await self._request(CLEAR)
+        response.success = done.succeeded
+        if done.refused:
+            response.message = done.refused
+        elif not done.joints:
+            response.message = "no faults"
+        elif not done.failed:
+            response.message = f"cleared {[self.arm.joint_names[j] for j in done.joints]}"
+        else:
+            response.message = f"still faulted: {self._failures(done)}"
         self._publish_diagnostics()
         return response
 
-    def _disable(self) -> list:
-        """Disable every motor; returns the joints that did not confirm."""
-        self.enabled = False
-        self.tracking[:] = False
-        pending = list(range(self.arm.n))
-        for _ in range(ENABLE_ATTEMPTS):
-            self._request(pending, protocol.disable_frame(), lambda status: status != protocol.STATUS_ENABLED)
-            pending = [j for j in pending if not self._answered[j] or self.status[j] == protocol.STATUS_ENABLED]
-            if not pending:
-                break
-        return pending
+    async def _on_save_commands(self, request, response):
+        # copy, decode and write in a worker thread: the control loop shares this executor and
+        # must wait neither for the disk nor for a copy of the whole ring
+        if self._log_count < 3:
+            response.success, response.message = False, (
+                "command log is off (command_log_seconds: 0)" if not self._log_rows else
+                f"only {self._log_count} rounds of commands logged so far: nothing to save")
+            return response
+        done = Future(executor=self.executor)
+
+        def write():
+            try:
+                done.set_result(self._write_command_log(*self._log_snapshot()))
+            except (DataError, OSError, ValueError) as err:
+                done.set_result(err)
+        threading.Thread(target=write, name="save_commands", daemon=True).start()
+        result = await done
+        response.success = not isinstance(result, Exception)
+        response.message = str(result) if response.success else f"command log not saved: {result}"
+        return response
+
+    def _log_snapshot(self):
+        """(time (K,), frames (K, n, 8) uint8, mit (K, n) uint8) of the logged rounds, oldest
+        first. Copied while the control loop goes on writing: the rounds it overwrote meanwhile
+        (the oldest) are dropped, so every row returned is whole."""
+        with self._lock:
+            count, end = self._log_count, self._log_next
+        rows, n = self._log_rows, self.arm.n
+        frames = np.frombuffer(self._log_frames, dtype=np.uint8).reshape(rows, n, protocol.FRAME_LENGTH)
+        mit = np.frombuffer(self._log_mit, dtype=np.uint8).reshape(rows, n)
+        start = (end - count) % rows
+        parts = [slice(start, start + count)] if start + count <= rows else [slice(start, rows), slice(0, end)]
+        copies = [np.concatenate([a[p] for p in parts]) for a in (self._log_time, frames, mit)]
+        with self._lock:
+            written = (self._log_next - end) % rows     # rounds completed meanwhile (far fewer than rows)
+        # the control loop writes a round under the lock this copy does not take: one more may be under way
+        lost = min(max(count + written + 1 - rows, 0), count)
+        return tuple(c[lost:] for c in copies)
+
+    def _write_command_log(self, times, frames, mit) -> str:
+        """Decode the logged frames (joint side, published-effort units), save them; a line saying where."""
+        k, n = mit.shape
+        values = np.zeros((5, k, n))
+        for j in range(n):
+            values[:, :, j] = protocol.decode_mit_payloads(frames[:, j], self.arm.limits[j]).T
+        if k < 3:
+            raise DataError("the log moved on while it was copied: call again")
+        values *= mit.astype(bool)[None]                  # no MIT frame: no command held
+        p, v, kp, kd, t = values
+        d, g = self.arm.directions, self.effort_gains
+        log = CommandLog(times, d * p + self.arm.position_offsets, d * v, g * d * t, g * kp, g * kd,
+                         self.arm.joint_names)
+        folder = Path(str(self._param('command_log_dir'))).expanduser()
+        name = time.strftime("commands_%Y%m%d_%H%M%S", time.localtime(times[-1])) + f"_{int(times[-1] * 1e3) % 1000:03d}"
+        path = log.save(folder / f"{name}.npz", g).resolve()
+        return f"{path}: {k} rounds, {times[-1] - times[0]:.1f} s" + (
+            " (the log is full: older rounds were overwritten)" if k == self._log_rows else "")
 
     # --- reporting --------------------------------------------------------------------------
 
-    def _describe(self, joints) -> str:
-        return ", ".join(f"{self.arm.joint_names[j]} (status "
-                         f"{'none' if self.status[j] < 0 else protocol.status_text(self.status[j])}"
-                         f"{', no feedback' if self.lost[j] else ''})" for j in joints)
+    def _faulted(self) -> list:
+        return [j for j, fault in enumerate(self.supervisor.faults) if fault is not None]
 
-    def _log_fault(self, j: int, what: str) -> None:
-        self.get_logger().error(f"{self.arm.joint_names[j]} (0x{self.arm.can_ids[j]:02X}): {what}; no joint is "
-                                "tracked until sysid/damiao/clear_errors succeeds")
-        self._publish_diagnostics()
+    def _failures(self, request) -> str:
+        return ", ".join(f"{self.arm.joint_names[j]} ({why})" for j, why in sorted(request.failed.items()))
+
+    def _log_new_faults(self) -> None:
+        # once per latched fault: a fault stays latched until cleared, so this cannot flood
+        news = self.supervisor.new_faults()
+        for j, reason in news:
+            self.get_logger().error(f"{self.arm.joint_names[j]} (0x{self.arm.can_ids[j]:02X}): {reason}; no joint "
+                                    "is tracked until sysid/damiao/clear_errors succeeds")
+        if news:
+            self._publish_diagnostics()
 
     def _warn(self, key: str, message: str) -> None:
         # throttled by hand: rclpy's throttling inspects the stack on every call, too slow at 500 Hz
         now = time.monotonic()
-        if now - self._last_warning.get(key, -math.inf) >= WARN_PERIOD_S:
-            self._last_warning[key] = now
-            self.get_logger().warning(message)
+        logged, suppressed = self._warnings.get(key, (-math.inf, 0))
+        if now - logged < WARN_PERIOD_S:
+            self._warnings[key] = (logged, suppressed + 1)
+            return
+        self._warnings[key] = (now, 0)
+        if suppressed:
+            message += f" [{suppressed} more like this in the last {now - logged:.0f} s]"
+        self.get_logger().warning(message)
 
     def _publish_diagnostics(self) -> None:
+        if not self._publishing:
+            return
         q, dq, tau = self.arm.to_joint(*self._feedback)
+        tau *= self.effort_gains
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
         hardware = f"{self._param('can_interface')}:{self._param('can_channel')}"
         for j, name in enumerate(self.arm.joint_names):
             status = int(self.status[j])
-            if self.lost[j] or status in protocol.FAULT_STATUSES:
-                level = DiagnosticStatus.ERROR
-                message = "no feedback" if self.lost[j] else f"fault: {protocol.status_text(status)}"
+            fault = self.supervisor.faults[j]
+            if fault is not None:
+                level, message = DiagnosticStatus.ERROR, f"fault: {fault}"
+            elif self.lost[j]:
+                level, message = DiagnosticStatus.ERROR, "no feedback"
             elif status == protocol.STATUS_ENABLED:
                 level = DiagnosticStatus.OK
                 message = "tracking" if self.tracking[j] else "enabled, damping only (no fresh command)"
@@ -508,15 +712,19 @@ class DamiaoBridge(Node):
                       "mosfet_temperature_c": str(self._temperatures[0, j]),
                       "rotor_temperature_c": str(self._temperatures[1, j])}
             array.status.append(DiagnosticStatus(
-                level=level, name=f"damiao_bridge: {name}", message=message,
+                level=level, name=f"{self._diagnostics_name}: {name}", message=message,
                 hardware_id=f"{hardware}:0x{self.arm.can_ids[j]:02X}",
                 values=[KeyValue(key=k, value=v) for k, v in values.items()]))
+        problems = [f"{self.bus_errors} bus errors" + (f", last: {self._last_bus_error}" if self.bus_errors else "")]
+        if self.frames_rejected:
+            problems.append(f"{self.frames_rejected} frames ignored, last: {self._last_rejected}")
         array.status.append(DiagnosticStatus(
-            level=DiagnosticStatus.WARN if self.bus_errors else DiagnosticStatus.OK,
-            name="damiao_bridge: bus", hardware_id=hardware,
-            message=f"{self.bus_errors} bus errors" + (f", last: {self._last_bus_error}" if self.bus_errors else ""),
+            level=DiagnosticStatus.WARN if self.bus_errors or self.frames_rejected else DiagnosticStatus.OK,
+            name=f"{self._diagnostics_name}: bus", hardware_id=hardware, message="; ".join(problems),
             values=[KeyValue(key="frames_sent", value=str(self.frames_sent)),
                     KeyValue(key="frames_received", value=str(self.frames_received)),
+                    KeyValue(key="frames_rejected", value=str(self.frames_rejected)),
+                    KeyValue(key="frames_other_ids", value=str(self.frames_other)),
                     KeyValue(key="commands_clamped", value=str(self.clamped))]))
         self._diagnostics_pub.publish(array)
 
@@ -526,10 +734,11 @@ class DamiaoBridge(Node):
         """Disable every motor and close the bus; safe to call more than once."""
         if self._bus is None:
             return
+        self._publishing = False   # the context may be gone (interpreter exit)
         try:
-            failed = self._disable()
-            if failed:
-                print(f"damiao_bridge: no disable confirmation from {self._describe(failed)}", flush=True)
+            request = self._run_now(DISABLE)
+            if request.failed:
+                print(f"damiao_bridge: no disable confirmation from {self._failures(request)}", flush=True)
         finally:
             self._bus.shutdown()
             self._bus = None

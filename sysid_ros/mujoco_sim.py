@@ -2,11 +2,19 @@
 
 Every control period the node reads the simulated state, publishes it on ``joint_states``
 (what the drives would report: position, velocity, applied torque, with noise and
-quantisation), computes the MIT-mode torque tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff
-for the latest ``sysid/joint_command`` and holds it through the MuJoCo steps of the period.
-A joint whose command is older than ``command_timeout_s`` (sim time) falls back to damping
-only, tau = -kd dq, as the Damiao bridge does; before its first command a joint holds the
-initial pose with the PD law and no feed-forward.
+quantisation), computes the torque for the latest ``sysid/joint_command`` (q_des, dq_des,
+feed-forward tau_ff) and holds it through the MuJoCo steps of the period. The law: with the
+``kp`` and ``kd`` parameters set, the MIT mode of the drives, tau = kp (q_des - q) + kd (dq_des - dq)
++ tau_ff; without them (the default) the computed-torque feedback of the sim source,
+tau = tau_ff + M(q) (kp (q_des - q) + kd (dq_des - dq)) with the model's joint-space inertia M
+and acceleration gains of ``sysid_core.simulation.ComputedTorque``, stable and accurate on any
+arm, 7-DOF arms without armature included. A joint whose command is older than
+``command_timeout_s`` (sim time) falls back to damping only (q_des = q, dq_des = 0, no
+feed-forward: tau = -kd dq in MIT mode), as the Damiao bridge does; before its first command
+a joint holds the initial pose with the law and no feed-forward.
+
+The simulated arm is the model file as a real arm behaves (``sysid_core.simulation.plant_model``):
+its own actuators and contacts off, no gravcomp, the MuJoCo timestep chosen for ``rate_hz``.
 
 realtime: true steps on a wall timer at ``rate_hz`` (catching up a few late periods).
 realtime: false steps as fast as the executor allows and publishes ``/clock`` (it is
@@ -21,10 +29,8 @@ fall behind by steps_per_callback - 1 samples per round, follow a stale clock, a
 samples once their queues are full. Use them only when the consumers live in other
 processes and keep up.
 
-rate_hz: the control period must be a whole number of model timesteps. The default gains
-(``sysid_core.simulation.default_gains``) are meant for 1 kHz: at 500 Hz the explicit damping
-loop of the OpenArm-class arm is unstable in some poses (|eig(I - T M^-1 Kd)| reaches 1.07),
-so pass smaller kp, kd with a slower rate.
+rate_hz: when the model's timestep does not divide the control period, the plant integrates
+with the largest timestep that does (``sysid_core.simulation.simulation_timing``; logged).
 """
 import time
 
@@ -41,8 +47,8 @@ from sensor_msgs.msg import JointState
 
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError, SysidError
-from sysid_core.simulation import (MeasurementNoise, default_gains, measure, mit_torque, mujoco_warnings,
-                                   step, substeps_per_period)
+from sysid_core.simulation import (ComputedTorque, MeasurementNoise, measure, mit_torque, mujoco_warnings,
+                                   plant_model, simulation_timing, step)
 from sysid_ros.entry_point import spin_node
 
 # A late wall timer catches up at most this many control periods in one call; further behind,
@@ -60,7 +66,8 @@ def _stamp(nanoseconds: int) -> Time:
 
 class MujocoSim(Node):
     """Simulated arm. Public for tests: ``published`` (JointState messages sent so far),
-    ``sim_time`` (s), ``joint_names``, ``kp``/``kd`` (n,), ``error`` (None while healthy)."""
+    ``sim_time`` (s), ``joint_names``, ``kp``/``kd`` (n,) of the MIT law (None under computed
+    torque), ``error`` (None while healthy)."""
 
     def __init__(self, **kwargs):
         super().__init__('mujoco_sim', **kwargs)
@@ -105,7 +112,8 @@ class MujocoSim(Node):
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(
             f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self._period_ns:g} Hz, "
-            f"{self._substeps} MuJoCo step(s) per period, {'real time' if self._realtime else 'as fast as possible'}")
+            f"{'MIT law' if self.kp is not None else 'computed-torque feedback'}, "
+            f"{'real time' if self._realtime else 'as fast as possible'}; {self._timing.describe()}")
 
     @property
     def sim_time(self) -> float:
@@ -118,23 +126,31 @@ class MujocoSim(Node):
         if not self._model_path:
             raise ValueError("parameter 'model' (path of the MJCF file to simulate) is empty")
         robot = load_robot(self._model_path)
-        self._model = robot.model
         self.joint_names = robot.joint_names
         n = len(self.joint_names)
         self._index = {name: j for j, name in enumerate(self.joint_names)}
         rate = float(param('rate_hz').value)
         if not rate > 0:
             raise ValueError(f'rate_hz must be > 0, got {rate}')
-        self._substeps = substeps_per_period(self._model, 1.0 / rate)
-        self._period_ns = int(round(self._substeps * self._model.opt.timestep * 1e9))
+        self._timing = simulation_timing(robot.model, rate)
+        self._model = plant_model(robot.model, self._timing)
+        self._substeps = self._timing.substeps
+        self._period_ns = int(round(self._substeps * self._timing.timestep * 1e9))
         self._steps_per_callback = int(param('steps_per_callback').value)
         if self._steps_per_callback < 1:
             raise ValueError(f'steps_per_callback must be >= 1, got {self._steps_per_callback}')
         self._timeout_ns = int(float(param('command_timeout_s').value) * 1e9)
 
-        kp_default, kd_default = default_gains(self._model)
-        self.kp = self._joint_array('kp', kp_default)
-        self.kd = self._joint_array('kd', kd_default)
+        self.kp = self._joint_array('kp', None)
+        self.kd = self._joint_array('kd', None)
+        if (self.kp is None) != (self.kd is None):
+            raise ValueError('set both kp and kd (the MIT law) or neither (computed-torque feedback)')
+        if self.kp is None:
+            controller = ComputedTorque(robot.model, rate)
+            self._control = controller.feedback_torque
+        else:
+            self._control = lambda q, dq, q_des, dq_des, tau_ff: mit_torque(q, dq, q_des, dq_des, tau_ff,
+                                                                              self.kp, self.kd)
         q_init = self._joint_array('initial_positions', np.clip(self._model.qpos0, *robot.joint_range.T))
         self._noise = [(float(param(f'{ch}_noise').value), float(param(f'{ch}_resolution').value))
                        for ch in ('q', 'dq', 'tau')]
@@ -144,9 +160,8 @@ class MujocoSim(Node):
 
         self._data = mujoco.MjData(self._model)
         self._data.qpos[:] = q_init
-        self._data.ctrl[:] = 0.0
         mujoco.mj_forward(self._model, self._data)
-        # until a joint is commanded it holds the initial pose (PD, no feed-forward)
+        # until a joint is commanded it holds the initial pose (the control law, no feed-forward)
         self._q_des, self._dq_des, self._tau_ff = q_init.copy(), np.zeros(n), np.zeros(n)
         self._commanded_at = np.full(n, -1, dtype=np.int64)  # sim time (ns) of the last command, -1: never
         self._timed_out = False
@@ -157,7 +172,7 @@ class MujocoSim(Node):
         except ParameterUninitializedException:  # declared by type, no value given: use the default
             value = None
         if value is None or len(value) == 0:
-            return np.array(default, dtype=float)
+            return None if default is None else np.array(default, dtype=float)
         arr = np.array(value, dtype=float)
         if arr.shape != (len(self.joint_names),) or not np.all(np.isfinite(arr)):
             raise ValueError(f'{name} must hold {len(self.joint_names)} finite values '
@@ -234,15 +249,17 @@ class MujocoSim(Node):
         # so the simulated clock starts one period in
         now_ns = (self._periods + 1) * self._period_ns
         q, dq = self._data.qpos, self._data.qvel
-        tau = mit_torque(q, dq, self._q_des, self._dq_des, self._tau_ff, self.kp, self.kd)
+        q_des, dq_des, tau_ff = self._q_des, self._dq_des, self._tau_ff
         stale = (self._commanded_at >= 0) & (now_ns - self._commanded_at > self._timeout_ns)
-        if stale.any():
-            tau = np.where(stale, -self.kd * dq, tau)
+        if stale.any():  # damping only: no position error, no velocity target, no feed-forward
+            q_des, dq_des = np.where(stale, q, q_des), np.where(stale, 0.0, dq_des)
+            tau_ff = np.where(stale, 0.0, tau_ff)
             if not self._timed_out:
                 self._timed_out = True
                 self.get_logger().warning(
                     f'no joint command for {self._timeout_ns * 1e-9:g} s (sim time): joints '
                     f'{[n for n, s in zip(self.joint_names, stale) if s]} switched to damping only')
+        tau = self._control(q, dq, q_des, dq_des, tau_ff)
         self._publish(now_ns, q, dq, tau)
         try:
             with mujoco_warnings() as messages:

@@ -1,11 +1,16 @@
 """sysid-identify end to end: files written, errors reported without tracebacks."""
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
 
-from conftest import MODELS, ROBOTS
+from conftest import MODELS, ROBOTS, ROOT
 from sysid_core.cli import main
 
 NOMINAL = str(ROBOTS / "openarm_class.xml")
@@ -69,3 +74,179 @@ def test_cli_bad_input_exit_code_and_message(args, pattern, capsys, tmp_path):
     assert status == 2
     assert err.startswith("error:") and "Traceback" not in err
     assert pattern.lower() in err.lower()
+
+
+# --- bad input through the console script (issue 12) ----------------------------------------------
+
+SCRIPT = Path(sys.executable).with_name("sysid-identify")
+PLANAR = str(MODELS / "planar_2r.xml")
+
+
+def start_cli(*args):
+    """``sysid-identify *args`` in a process of its own (the installed console script)."""
+    return subprocess.Popen([str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def run_cli(*runs, timeout=120):
+    """Run each argument list of ``runs`` at once (each one a process); [(status, stdout, stderr)]."""
+    processes = [start_cli(*args) for args in runs]
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=timeout)
+        results.append((process.returncode, out, err))
+    return results
+
+
+def assert_refused(result, *patterns):
+    """Exit 2, one line on stderr naming the reason, no traceback, nothing simulated."""
+    status, out, err = result
+    assert status == 2, (status, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in err, err
+    for pattern in patterns:
+        assert pattern in lines[0], (pattern, lines[0])
+    assert "Recording data" not in out and "Generating" not in out, out
+
+
+def test_sizes_and_bad_options_exit_2_before_any_work(tmp_path):
+    sizes, rate, options = run_cli(
+        # 1e9 s would take thousands of TiB; 1e7 Hz, simulated with 0.1 us steps, about 20 GiB
+        [NOMINAL, "--duration", "1e9", "--output-dir", tmp_path],
+        [NOMINAL, "--sample-rate", "1e7", "--output-dir", tmp_path],
+        [NOMINAL, "--coulomb-smoothing", "nan", "--seed", "-1", "--output-dir", tmp_path])
+    assert_refused(sizes, "1e+09 s at 1000 Hz (1e+12 samples of 7 joints, 24 parameters) needs about",
+                   "TiB of memory to identify; this machine has", "shorten --duration")
+    assert_refused(rate, "1.5e+08 samples", "of memory to identify", "lower --sample-rate")
+    assert_refused(options, "--coulomb-smoothing must be a finite number >= 0, got nan",
+                   "--seed must be an integer >= 0, got -1")
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--sample-rate", "1e7", "--source", "ideal"], "GiB of memory to identify"),
+    (["--duration", "0"], "--duration must be a finite number > 0, got 0"),
+    (["--duration", "inf"], "--duration must be a finite number > 0, got inf"),
+    (["--sample-rate", "-5"], "--sample-rate must be a finite number > 0, got -5"),
+    (["--max-velocity", "nan"], "--max-velocity must be a finite number > 0, got nan"),
+    (["--excitation-time-limit", "0"], "--excitation-time-limit must be a finite number > 0"),
+    (["--cutoff", "0"], "--cutoff must be a finite number > 0"),
+    (["--cutoff", "500"], "--cutoff 500 Hz must be below half the sample rate (500 Hz)"),
+    (["--noise-scale=-1"], "--noise-scale must be a finite number >= 0, got -1"),
+])
+def test_every_numeric_option_is_checked(tmp_path, capsys, args, pattern):
+    status = main([NOMINAL, "--output-dir", str(tmp_path)] + args)
+    captured = capsys.readouterr()
+    assert_refused((status, captured.out, captured.err), pattern)
+
+
+def test_the_memory_estimate_bounds_what_an_identification_takes(tmp_path, monkeypatch):
+    import tracemalloc
+    from sysid_core import cli
+    from sysid_core.dynamics.friction import JointModel
+    from sysid_core.dynamics.model import load_robot
+    from sysid_core.identification.identify import IdentificationConfig
+    robot = load_robot(NOMINAL)
+    config = IdentificationConfig(scope="full", joint_model=JointModel(("coulomb", "viscous"), 0.0))
+    # oracle: the peak of what Python and NumPy allocate for a full-scope run of 8 s at 1 kHz
+    tracemalloc.start()
+    cli.main([NOMINAL, "--duration", "8", "--scope", "full", "--source", "ideal", "--no-plots",
+              "--output-dir", str(tmp_path)])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    estimate = cli.memory_needed(robot, config, 8001)
+    assert peak <= estimate <= 3 * peak
+    # and a machine with less than that refuses the run up front, with the numbers
+    monkeypatch.setattr(cli, "available_memory", lambda: estimate // 2)
+    with pytest.raises(cli.SysidError, match=r"needs about .* MiB of memory to identify; this machine has .* MiB"):
+        cli.check_size(robot, config, 8.0, 1000.0)
+
+
+def test_an_output_dir_that_cannot_be_written_is_found_first(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    model = tmp_path / "updated_model.xml"
+    model.write_text(Path(PLANAR).read_text())
+    under_a_file, a_file, over_the_input = run_cli([PLANAR, "--output-dir", blocker / "out"],
+                                                   [PLANAR, "--output-dir", blocker],
+                                                   [model, "--output-dir", tmp_path])
+    assert_refused(under_a_file, f"--output-dir {blocker / 'out'} cannot be written: Not a directory")
+    assert_refused(a_file, f"--output-dir {blocker} is a file, not a directory")
+    # an output that would replace an input: refused, the input untouched
+    assert_refused(over_the_input, "writes updated_model.xml there, which is the model")
+    assert model.read_text() == Path(PLANAR).read_text()
+
+
+def planar_plan(scale=1.0, **derivatives):
+    from sysid_core.dynamics.model import load_robot
+    from sysid_core.excitation.multisine import multisine
+    from sysid_core.excitation.trajectory import Trajectory
+    plan = multisine(load_robot(PLANAR).joint_range, 4.0, 200.0, seed=3, max_velocity=1.0)
+    fields = dict(time=plan.time, q=scale * plan.q, dq=scale * plan.dq, ddq=scale * plan.ddq)
+    fields.update({k: v(fields[k]) for k, v in derivatives.items()})
+    return Trajectory(**fields)
+
+
+def test_a_trajectory_the_arm_cannot_play_is_refused(tmp_path, capsys):
+    from sysid_core.excitation.trajectory import save_trajectory
+    cases = {
+        "ten_times": (planar_plan(scale=10.0), ["joint 'joint1' reaches", "outside its limits [-3.14, 3.14]",
+                                                "(and 1 more joints)"]),
+        "dq_doubled": (planar_plan(dq=lambda dq: 2 * dq), ["dq of joint", "is not the derivative of its q",
+                                                            "200 Hz"]),
+        "dq_reversed": (planar_plan(dq=lambda dq: dq[::-1]), ["dq of joint", "is not the derivative of its q"]),
+        "ddq_zero": (planar_plan(ddq=lambda ddq: np.zeros_like(ddq)), ["ddq of joint",
+                                                                       "is not the derivative of its dq"]),
+    }
+    paths = {name: save_trajectory(tmp_path / f"{name}.csv", plan, ["joint1", "joint2"])
+             for name, (plan, _) in cases.items()}
+    # the issue's two cases through the console script, the variants in this process
+    through_script = ("ten_times", "dq_doubled")
+    results = dict(zip(through_script, run_cli(*[[PLANAR, "--trajectory", paths[name], "--sample-rate", "200",
+                                                   "--output-dir", tmp_path / "out"] for name in through_script])))
+    for name in cases:
+        if name not in results:
+            status = main([PLANAR, "--trajectory", str(paths[name]), "--sample-rate", "200",
+                           "--output-dir", str(tmp_path / "out")])
+            captured = capsys.readouterr()
+            results[name] = (status, captured.out, captured.err)
+    for name, (_, patterns) in cases.items():
+        assert_refused(results[name], f"--trajectory {paths[name]}", *patterns)
+        assert "Replaying" not in results[name][1]
+    # the same trajectory unchanged is replayed
+    good = save_trajectory(tmp_path / "good.json", planar_plan(), ["joint1", "joint2"])
+    assert main([PLANAR, "--trajectory", str(good), "--sample-rate", "200", "--source", "ideal", "--no-plots",
+                 "--output-dir", str(tmp_path / "out")]) == 0
+    assert "Replaying" in capsys.readouterr().out
+
+
+def test_a_failed_run_leaves_no_file_of_a_previous_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main([PLANAR, "--duration", "3", "--source", "ideal", "--export-damiao", "--motor-type", "DM4310",
+                 "--motor-type", "DM4310", "--output-dir", str(out)]) == 0
+    written = {p.name for p in out.iterdir()}
+    assert written == {"params.json", "updated_model.xml", "damiao_trajectory.csv", "torque_fit.png",
+                       "residuals.png", "parameters.png"}
+    previous = (out / "params.json").read_text()
+    # a run that fails before writing anything leaves the previous run whole
+    assert main([PLANAR, "--seed", "-2", "--output-dir", str(out)]) == 2
+    assert {p.name for p in out.iterdir()} == written and (out / "params.json").read_text() == previous
+    # a run that writes and then fails (the arm barely moves: verdict failed, no updated
+    # model): only its own params.json, nothing of the first run
+    capsys.readouterr()
+    (status, stdout, err), = run_cli([PLANAR, "--duration", "3", "--source", "sim", "--max-velocity", "1e-9",
+                                      "--no-plots", "--output-dir", out])
+    assert status == 3, (stdout, err)
+    assert {p.name for p in out.iterdir()} == {"params.json"}
+    assert json.loads((out / "params.json").read_text())["source"] == "sim"
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
+    process = start_cli(NOMINAL, "--duration", "60", "--output-dir", tmp_path)
+    for line in process.stdout:                # interrupt it in the middle of the simulation
+        if "identification run:" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, (out, err)
+    assert err.strip().splitlines() == ["sysid-identify: interrupted"]
+    assert not list(tmp_path.iterdir())        # nothing written

@@ -370,6 +370,42 @@ def test_fault_injection(rig, status):
         r.arm.inject_fault(0x55, status)
 
 
+def test_scripted_status_sequence(rig):
+    r = rig()
+    lim = LIMITS[4]
+    push = MitCommand(0.0, 0.0, 0.0, 0.0, 2.0)
+    r.enable(4)
+    assert r.mit(4, push).torque > 1.9
+    # an over-current for 10 ms that the drive clears by itself, then enabled again
+    r.arm.script_status(5, [(dm.STATUS_OVER_CURRENT, 0.01), (dm.STATUS_ENABLED, None)])
+    fb = r.feedback(4)
+    assert fb.status == dm.STATUS_OVER_CURRENT and abs(fb.torque) < tau_lsb(lim)
+    r.arm.advance(0.008)
+    assert r.arm.tau[4] == 0.0 and r.feedback(4).status == dm.STATUS_OVER_CURRENT
+    r.arm.advance(0.004)
+    fb = r.feedback(4)
+    # re-enabled by itself, from a zero command: no torque until the host commands again
+    assert fb.status == dm.STATUS_ENABLED and abs(fb.torque) < tau_lsb(lim)
+    assert r.mit(4, push).torque > 1.9
+    # a code the protocol does not define: reported as is, no torque, enable ignored, cleared
+    r.arm.script_status(5, [(0x5, None)])
+    assert r.feedback(4).status == 0x5
+    r.arm.advance(0.002)
+    assert r.arm.tau[4] == 0.0
+    assert r.enable(4).status == 0x5
+    assert r.feedback(4, 5, dm.clear_error_frame()).status == dm.STATUS_DISABLED
+    assert r.enable(4).status == dm.STATUS_ENABLED
+    # disabled by itself
+    r.arm.script_status(5, [(dm.STATUS_DISABLED, None)])
+    assert r.feedback(4).status == dm.STATUS_DISABLED
+    with pytest.raises(ValueError, match="positive finite duration"):
+        r.arm.script_status(5, [(0xA, 0.0), (0x1, None)])
+    with pytest.raises(ValueError, match="nibble"):
+        r.arm.script_status(5, [(0x10, None)])
+    with pytest.raises(ValueError, match="can_id"):
+        r.arm.script_status(0x55, [(0x1, None)])
+
+
 def test_watchdog_reports_communication_lost(rig):
     r = rig(timeout_ticks=200)        # 200 x 50 us = 10 ms
     r.enable(0)

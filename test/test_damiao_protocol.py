@@ -85,6 +85,15 @@ def test_decode_mit_hand_built():
     assert cmd.torque == pytest.approx(raw_value(0x456, -54, 54, 12), abs=1e-12)
 
 
+def test_decode_mit_payloads_is_decode_mit_of_each():
+    import numpy as np
+    payloads = np.random.default_rng(0).integers(0, 256, (500, 8), dtype=np.uint8)
+    payloads[0] = list(bytes.fromhex("1234ABCDEF123456"))
+    fields = ("position", "velocity", "kp", "kd", "torque")
+    expected = [[getattr(decode_mit(bytes(row), DM8009), f) for f in fields] for row in payloads]
+    assert dm.decode_mit_payloads(payloads, DM8009).tolist() == expected      # bit for bit
+
+
 def test_truncation_not_rounding():
     step = lsb(-12.5, 12.5, 16)
     cmd = MitCommand(position=-12.5 + 100.9 * step, velocity=0, kp=0, kd=0, torque=0)

@@ -13,6 +13,7 @@ import pytest
 from sysid_core.errors import IdentificationError
 from sysid_core.identification.estimation import Estimate
 from sysid_core.results.export import params_document, write_damiao_csv, write_params_json, write_updated_model
+from sysid_core.identification.verdict import Verdict
 from sysid_core.identification.identify import (IdentificationConfig, IdentificationResult, Metrics, column_names,
                                        model_parameter_vector, structural_base_parameters)
 from sysid_core.dynamics.inertia import from_com_inertia
@@ -28,7 +29,8 @@ PLANAR = ROOT / "test" / "models" / "planar_2r.xml"
 
 REFERENCE_KEYS = {"joint_name", "mass", "center_of_mass_moment", "inertia_tensor", "coulomb_friction",
                   "viscous_friction", "rmse", "condition_number", "n_base_params"}
-EXTENSION_KEYS = {"scope", "estimator", "source", "body_name", "center_of_mass", "condition_number_scaled", "rank",
+EXTENSION_KEYS = {"verdict", "verdict_reasons", "scope", "estimator", "base_estimator", "source", "physics",
+                  "body_name", "center_of_mass", "condition_number_raw", "rank",
                   "n_samples", "units", "joints", "rmse_per_joint", "validation_rmse", "validation_rmse_per_joint",
                   "base_parameters", "bodies", "physically_consistent"}
 
@@ -52,7 +54,8 @@ def make_result(robot, scope="terminal", body_parameters=None, validation=False,
         scope=scope, config=config, joint_names=robot.joint_names, body_names=robot.body_names,
         terminal_body=robot.terminal_body, terminal_joint=robot.terminal_joint, column_names=names,
         standard=standard, base=base, estimate=est, body_parameters=body, coulomb=robot.frictionloss.copy(),
-        viscous=robot.damping.copy(), armature=robot.armature.copy(), offset=np.zeros(n), metrics=metrics)
+        viscous=robot.damping.copy(), armature=robot.armature.copy(), offset=np.zeros(n), metrics=metrics,
+        verdict=Verdict("good", ()))
 
 
 def extra_mass(mass=0.3, com=(0.01, -0.02, 0.05), diag=(4e-4, 5e-4, 6e-4)) -> np.ndarray:
@@ -90,7 +93,10 @@ def test_params_document_is_a_json_superset_of_the_reference_schema(tmp_path):
     assert doc["coulomb_friction"] == pytest.approx(0.12) and doc["viscous_friction"] == pytest.approx(0.2)
     assert doc["n_base_params"] == result.base.rank
     assert [j["name"] for j in doc["joints"]] == list(robot.joint_names)
-    assert set(doc["joints"][0]) == {"name", "coulomb_friction", "viscous_friction", "armature", "offset", "rmse"}
+    assert set(doc["joints"][0]) == {"name", "coulomb_friction", "viscous_friction", "armature", "offset", "stiffness",
+                                     "rmse"}
+    assert doc["verdict"] == "good" and doc["verdict_reasons"] == []
+    assert doc["physics"] == {"source": "hardware"}
     assert doc["rmse_per_joint"]["joint7"] == pytest.approx(0.02)
     assert doc["validation_rmse"] == pytest.approx(0.03)
     assert set(doc["validation_rmse_per_joint"]) == set(robot.joint_names)
@@ -224,7 +230,7 @@ def test_updated_model_preserves_everything_else(tmp_path):
     assert '<joint name="joint7" range="-2.8973 2.8973" armature="0.06" damping="0.2" frictionloss="0.12"' in text
     # the identification comment sits right before link7
     comment = ("<!-- sysid_ros: body 'link7' identified (scope terminal, estimator wls), "
-               "torque RMSE 0.015 N m -->")
+               "torque RMSE 0.015 N m, verdict good -->")
     assert comment in text
     after = text.split(comment, 1)[1].lstrip()
     assert after.startswith('<body name="link7"')

@@ -11,8 +11,7 @@ from sysid_core.excitation.multisine import (MIN_RAMP_DURATION, QUINTIC_PEAK_SPE
                                    excitation_with_approach_and_rest, multisine, transition,
                                    transition_duration)
 from sysid_core.dynamics.model import load_robot
-from sysid_core.simulation import (default_gains, diverged, measure, mit_torque, mujoco_warnings, step,
-                                   substeps_per_period)
+from sysid_core.simulation import default_gains, diverged, measure, mit_torque, mujoco_warnings, step
 from sysid_core.excitation.trajectory import Trajectory
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
@@ -205,15 +204,6 @@ def test_step_reports_divergence(openarm):
         step(openarm.model, data, np.full(openarm.model.nv, 1e30), substeps=2)
     assert diverged(data)
     assert any("unstable" in m for m in messages)  # caught, not printed to MUJOCO_LOG.TXT
-
-
-def test_substeps_per_period(openarm):
-    assert substeps_per_period(openarm.model, 1e-3) == 1
-    assert substeps_per_period(openarm.model, 4e-3) == 4
-    with pytest.raises(ValueError, match="integer multiple"):
-        substeps_per_period(openarm.model, 1.5e-3)
-    with pytest.raises(ValueError, match="longer than"):
-        substeps_per_period(openarm.model, 5e-4)
 
 
 def test_measure_adds_noise_and_quantises():

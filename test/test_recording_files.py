@@ -240,6 +240,8 @@ def test_cli_identifies_a_bag_like_the_recording(arm, tmp_path):
     (["--recording", "BAG", "--validation-fraction", "1.5"], "--validation-fraction must be in [0, 1)"),
     (["--topic", "/joint_states_2"], "--topic only apply with --recording"),
     (["--recording", "BAG", "--payload-frame", "link3"], "payload frame 'link3' is not the terminal body"),
+    (["--recording", "BAG", "--effort-gains", "/nonexistent/gains.json"], "effort gain file not found"),
+    (["--effort-gains", "/nonexistent/gains.json"], "--effort-gains only apply with --recording"),
 ])
 def test_cli_bad_recordings_exit_2(arm, tmp_path, capsys, extra, pattern):
     robot, recording = arm

@@ -104,19 +104,68 @@ def test_regressor_rejects_wrong_shapes():
         robot.regressor(np.zeros((3, 6)), np.zeros((3, 6)), np.zeros((3, 6)))
 
 
-def test_regressor_blocks_match_one_block(monkeypatch):
-    """Blocks of samples (the last one overlapping), and reused temporaries, change nothing."""
+@pytest.mark.parametrize("num", [37, 3, 16, 1])
+def test_regressor_blocks_match_one_block(monkeypatch, num):
+    """Full blocks, a shorter last block ending at N (overlapping) or padded past N, and
+    reused temporaries and plans, change nothing."""
     from sysid_core.dynamics import regressor as regressor_module
     robot = load_robot(MODELS / "tree_arm.xml")
-    q, dq, ddq = _states(robot, np.random.default_rng(4), 37)
+    q, dq, ddq = _states(robot, np.random.default_rng(4), num)
     whole = robot.regressor(q, dq, ddq).copy()
-    monkeypatch.setattr(regressor_module, "BLOCK", 8)  # 5 blocks of 8, the last from sample 29
+    # 37: two blocks of 16 and one of 6 from sample 31; 3: one block of 4, padded
+    monkeypatch.setattr(regressor_module, "BLOCK", 16)
+    monkeypatch.setattr(regressor_module, "SMALLEST", 4)
     blocked = robot.regressor(q, dq, ddq)
     np.testing.assert_array_equal(blocked, whole)
-    other = robot.regressor(q[::-1].copy(), dq[::-1].copy(), ddq[::-1].copy())  # same workspace
+    other = robot.regressor(q[::-1].copy(), dq[::-1].copy(), ddq[::-1].copy())  # same workspaces
     np.testing.assert_array_equal(blocked, whole)
     np.testing.assert_array_equal(other, whole[::-1])
     assert robot.regressor(q[:0], dq[:0], ddq[:0]).shape == (0, robot.n_joints, 10 * robot.n_bodies)
+
+
+@pytest.mark.parametrize("num", [0, 1, 63, 64, 65, 1000, 1025, 8191, 8192, 8193, 15000, 60000])
+def test_block_schedule_covers_the_samples_with_at_most_two_sizes(num):
+    from sysid_core.dynamics.regressor import BLOCK, SMALLEST, block_schedule
+    ladder = {BLOCK // 8 * k for k in range(1, 9)} | {BLOCK // 8 >> k for k in range(1, 12)}
+    schedule = block_schedule(num)
+    covered = np.zeros(num, dtype=int)
+    for start, size in schedule:
+        assert size in ladder and size >= SMALLEST
+        covered[start:start + size] += 1
+        assert start >= 0 and start + size <= max(num, size)
+    assert covered.min(initial=1) >= 1
+    assert len({size for _, size in schedule}) <= 2
+    # what a last block computes beyond the samples: under BLOCK / 8, or under half of a small one
+    assert sum(size for _, size in schedule) - num < max(BLOCK // 8, SMALLEST) or num < SMALLEST
+
+
+def test_regressor_memory_does_not_grow_with_the_samples():
+    """Temporaries are per thread and block size (the last KEPT sizes), whatever the number of samples."""
+    from sysid_core.dynamics import regressor as regressor_module
+    robot = load_robot(BUNDLED[0])
+
+    def kept():
+        return sum(a.nbytes for w in regressor_module._WORKSPACES.by_size.values() for a in w._arrays.values())
+
+    sizes = []
+    for num in (20000, 60000, 20000, 3000, 1000, 60000, 60000):
+        q, dq, ddq = _states(robot, np.random.default_rng(num), num)
+        robot.regressor(q, dq, ddq)
+        sizes.append(kept())
+        assert len(regressor_module._WORKSPACES.by_size) <= regressor_module.KEPT
+    assert max(sizes) < 64 << 20
+    assert sizes[-1] == sizes[-2]
+
+
+def test_regressor_threads_keep_their_own_temporaries():
+    from concurrent.futures import ThreadPoolExecutor
+    robots = [load_robot(MODELS / "tree_arm.xml"), load_robot(BUNDLED[0])]
+    states = [_states(robot, np.random.default_rng(6), 9000) for robot in robots]
+    alone = [robot.regressor(*s).copy() for robot, s in zip(robots, states)]
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda i: robots[i % 2].regressor(*states[i % 2]).copy(), range(6)))
+    for i, y in enumerate(together):
+        np.testing.assert_array_equal(y, alone[i % 2])
 
 
 def test_sin_cos_matches_numpy_to_an_ulp_or_two():
@@ -140,12 +189,10 @@ def test_sin_cos_matches_numpy_to_an_ulp_or_two():
 
 def test_regressor_plans_follow_the_tree():
     """The recorded operations (per thread, for the last tree and block size) are redone for another tree."""
-    from sysid_core.dynamics.kinematics import Workspace, forward_pass
     robots = [load_robot(path) for path in (MODELS / "tree_arm.xml", BUNDLED[0], MODELS / "tree_arm.xml")]
     rng = np.random.default_rng(9)
     for robot in robots:
         q, dq, ddq = _states(robot, rng, 37)
-        fresh = forward_pass(robot.tree, robot.gravity, q, dq, ddq, work=Workspace())
         tau = robot.regressor(q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
         again = robot.regressor(q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
         np.testing.assert_array_equal(tau, again)
@@ -155,4 +202,3 @@ def test_regressor_plans_follow_the_tree():
         expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
         expected -= robot.damping * dq + robot.armature * ddq
         np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
-        assert fresh.velocity.shape == (6, robot.n_bodies, len(q))

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from builtin_interfaces.msg import Time
+import mujoco
 import numpy as np
 import pytest
 from rcl_interfaces.srv import GetParameters
@@ -21,8 +22,10 @@ from std_msgs.msg import Bool, Float32
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
+from arm_corpus import arm
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.multisine import multisine
+from sysid_core.simulation import ComputedTorque, default_gains
 from sysid_ros.mujoco_sim import MujocoSim
 from sysid_ros.trajectory_publisher import TrajectoryPublisher
 
@@ -237,14 +240,32 @@ def test_excitation_is_played_and_tracked(harness, openarm):
     assert np.abs(dq[-50:]).max() < 0.05  # at rest at the end (velocity noise 5e-3)
 
 
-def test_stale_command_falls_back_to_damping(harness, openarm):
+def _mass_matrix(model, q):
+    """Joint-space inertia (n, n) at q, armature included (MuJoCo 3.x and 4.x signatures)."""
+    data = mujoco.MjData(model)
+    data.qpos[:] = q
+    mujoco.mj_forward(model, data)
+    mass = np.zeros((model.nv, model.nv))
+    try:
+        mujoco.mj_fullM(model, data, mass)
+    except TypeError:
+        mujoco.mj_fullM(model, mass, data.qM)
+    return mass
+
+
+@pytest.mark.parametrize("law", ["mit", "computed_torque"])
+def test_stale_command_falls_back_to_damping(harness, openarm, law):
     timeout = 0.1
     q_init = openarm.joint_range.mean(axis=1)
     rec = harness.add(Recorder(harness.context))
     probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
     command_pub = probe.create_publisher(JointState, "sysid/joint_command", 10)
+    gains = {}
+    if law == "mit":
+        kp, kd = default_gains(openarm.model)
+        gains = {"kp": kp.tolist(), "kd": kd.tolist()}
     sim = _sim(harness, initial_positions=q_init.tolist(), q_noise=0.0, dq_noise=0.0, tau_noise=0.0,
-               command_timeout_s=timeout)
+               command_timeout_s=timeout, **gains)
     harness.wait_matched(sim._state_pub)
     harness.wait_matched(command_pub)
     assert harness.spin_until(lambda: sim.sim_time >= 0.05)
@@ -263,15 +284,25 @@ def test_stale_command_falls_back_to_damping(harness, openarm):
     assert harness.spin_until(lambda: len(rec.states) >= sim.published)
 
     t, q, dq, tau = Recorder.arrays(rec.states)
-    kp, kd = sim.kp, sim.kd
-    # never-commanded joints hold the initial pose with the PD law, no feed-forward, throughout
-    np.testing.assert_allclose(tau[:, 2:], kp[2:] * (q_init[2:] - q[:, 2:]) - kd[2:] * dq[:, 2:], atol=1e-9)
     tracking = ((t > t_sent + 0.01) & (t < t_sent + timeout - 0.01)) | (t > t_resent + 0.01)
     damping = (t > t_sent + timeout + 0.01) & (t < t_resent)
     assert tracking.sum() > 100 and damping.sum() > 150
-    np.testing.assert_allclose(tau[tracking, :2], kp[:2] * (target - q[tracking, :2]) - kd[:2] * dq[tracking, :2],
-                               atol=1e-9)
-    np.testing.assert_allclose(tau[damping, :2], -kd[:2] * dq[damping, :2], atol=1e-9)
+    # never-commanded joints hold the initial pose, no feed-forward; joints 1 and 2 track the
+    # target, then (stale) are damped only: no position error, no velocity target
+    q_des = np.tile(q_init, (len(t), 1))
+    q_des[tracking, :2] = target
+    q_des[damping, :2] = q[damping, :2]
+    checked = tracking | damping
+    if law == "mit":
+        kp, kd = sim.kp, sim.kd
+        np.testing.assert_allclose(tau[:, 2:], kp[2:] * (q_init[2:] - q[:, 2:]) - kd[2:] * dq[:, 2:], atol=1e-9)
+        expected = kp * (q_des - q) - kd * dq
+    else:  # tau = M(q) (kp e + kd de) with the acceleration gains of the sim source
+        assert sim.kp is None and sim.kd is None
+        gain = ComputedTorque(openarm.model, 1000.0)
+        expected = np.array([_mass_matrix(openarm.model, qi) @ (gain.kp * (qd - qi) - gain.kd * dqi)
+                             for qi, qd, dqi in zip(q, q_des, dq)])
+    np.testing.assert_allclose(tau[checked], expected[checked], atol=1e-9)
     # a stale target is not pulled toward: the joints moved while tracking, then only damped
     assert np.abs(dq[damping, :2]).max() > 0.01
 
@@ -399,3 +430,18 @@ def test_divergence_stops_the_simulation_not_the_node(harness):
     future = client.call_async(GetParameters.Request(names=["rate_hz"]))
     assert harness.spin_until(future.done)
     assert future.result().values[0].double_value == 1000.0
+
+
+def test_a_published_arm_is_simulated_as_a_plant(harness):
+    # Kinova Gen3 as published: MuJoCo's 2 ms timestep, no armature, position servos (kp 2000) that
+    # would pull every joint to ctrl = 0. Before any command the node holds the initial pose.
+    gen3 = mujoco.MjModel.from_xml_path(str(arm("gen3").path))
+    home = gen3.key_qpos[0].copy()
+    sim = _sim(harness, model=str(arm("gen3").path), initial_positions=home.tolist(), q_noise=0.0, dq_noise=0.0,
+               tau_noise=0.0)
+    assert sim.error is None and sim.kp is None
+    assert (sim._timing.timestep, sim._timing.substeps) == (0.001, 1)
+    assert harness.spin_until(lambda: sim.sim_time >= 0.5)
+    assert sim.error is None
+    # no feed-forward yet: the computed-torque hold sags under the arm's weight by M^-1 g / w^2 only
+    assert np.abs(sim._data.qpos - home).max() < 0.01

@@ -9,7 +9,19 @@ Every joint of an MJCF model is driven by one emulated motor that speaks the Dam
 * enable/disable/clear error/save zero behave as on the real drives, faults (0x8..0xE) take
   the motor out of enable until cleared, the TIMEOUT register arms a CAN watchdog (0xD);
 * the MIT law T = kp (p_des - p) + kd (v_des - v) + t_ff, clamped to +-TMAX, is evaluated at
-  every physics step from the true motor-side state and applied as a joint torque.
+  every physics step from the true motor-side state at the middle of the step (p + v dt/2,
+  v + a dt/2: a drive's current loop runs at tens of kHz, so over a step it applies the law's
+  mean, not its value at the step's start) and applied as a joint torque.
+
+The actuator's truth, for identifying it (all off by default):
+
+* ``EmulatedMotor.effort_gain`` g: the joint receives g T while the feedback reports T, the
+  torque the firmware believes it makes (its current times a torque constant that is off);
+* ``delay`` s: every frame a motor reads is acted on, and answered, that long after (bus,
+  adapter and firmware latency), so a command takes effect ``delay`` after it was sent and its
+  reply carries the state of that moment;
+* ``joint_friction``: a friction torque f(dq) (n,) N m opposing the motion, re-evaluated every
+  step (e.g. ``simulation.StribeckFriction``), beyond the model's own damping and frictionloss.
 
 Motor side and joint side: p = direction * (q - position_offset), v = direction * dq, and the
 joint receives direction * T (rad, rad/s, N m; m, m/s, N for slide joints). The torque goes in
@@ -20,6 +32,8 @@ Choices where the reference is silent (each a plain rule the host can rely on):
 
 * enable starts from a zero command (no torque until the first MIT frame); disable and any
   fault clear the command; disable leaves a fault in place (only clear error removes it);
+* a status the protocol does not define (0x2..0x7, 0xF, only ever set by ``script_status``)
+  behaves like a fault: no torque, enable ignored, clear error returns the motor to disabled;
 * every frame addressed to a motor (commands, special and management frames) feeds its
   watchdog; the watchdog runs only while enabled, on sim time;
 * the feedback torque is the law evaluated at the state of the reply (what the next step applies);
@@ -58,6 +72,7 @@ in the thread because its handler is process-global and the mujoco_sim node inst
 """
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import numbers
@@ -111,6 +126,7 @@ class EmulatedMotor:
     slides) map the joint onto the motor: p_motor = direction * (q_joint - position_offset).
     ``limits`` are the PMAX/VMAX/TMAX registers; None takes the table of ``motor_type``
     (an unknown type raises ValueError then; with explicit limits the type is only a label).
+    ``effort_gain`` (> 0): true joint torque over the torque the motor reports.
     """
 
     joint_name: str
@@ -120,8 +136,13 @@ class EmulatedMotor:
     direction: int = 1
     position_offset: float = 0.0
     limits: MotorLimits | None = None
+    effort_gain: float = 1.0
 
     def __post_init__(self):
+        if not (isinstance(self.effort_gain, numbers.Real) and math.isfinite(self.effort_gain)
+                and self.effort_gain > 0):
+            raise ValueError(f"motor {self.joint_name}: effort_gain must be positive and finite, "
+                             f"got {self.effort_gain!r}")
         if not isinstance(self.joint_name, str) or not self.joint_name:
             raise ValueError(f"joint_name must be a non-empty string, got {self.joint_name!r}")
         if isinstance(self.direction, bool) or self.direction not in (1, -1):
@@ -196,6 +217,8 @@ class VirtualDamiaoArm:
     realtime: True runs physics in a thread after ``start()``; False is manual mode
       (``poll``/``advance``).
     temperatures: (MOSFET, coil) deg C reported in every feedback frame.
+    delay: s (>= 0), how long after a frame is read a motor acts on it and answers.
+    joint_friction: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the motion.
 
     Raises ValueError for an inconsistent model/motor set. Read-only state for tests and the
     caller: ``sim_time`` s, ``q``/``dq`` (n,) true joint state, ``tau`` (n,) joint torques of
@@ -204,7 +227,7 @@ class VirtualDamiaoArm:
 
     def __init__(self, model_path, motors, *, interface="virtual", channel="sysid_damiao",
                  bus_kwargs=None, timeout_ticks=0, initial_positions=None, realtime=True,
-                 temperatures=(30, 35)):
+                 temperatures=(30, 35), delay=0.0, joint_friction=None):
         if isinstance(model_path, mujoco.MjModel):
             self._model = model_path
         else:
@@ -234,10 +257,18 @@ class VirtualDamiaoArm:
         self._bus_kwargs = dict(bus_kwargs or {})
         self._realtime = bool(realtime)
         self._dt = float(model.opt.timestep)
+        if not (isinstance(delay, numbers.Real) and math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        if joint_friction is not None and not callable(joint_friction):
+            raise ValueError("joint_friction must be None or a callable qvel -> (n,) N m")
+        self._delay = float(delay)
+        self._friction = joint_friction
+        self._pending = collections.deque()     # (sim time due, frame) read but not yet acted on
 
         # Vectorised motor state, index = joint index. Commands are the decoded SI values.
         self._dir = np.array([s.spec.direction for s in self._states], dtype=float)
         self._offset = np.array([s.spec.position_offset for s in self._states], dtype=float)
+        self._gain = self._dir * np.array([s.spec.effort_gain for s in self._states], dtype=float)
         self._tmax = np.array([s.limits.tmax for s in self._states])
         self._neg_tmax = -self._tmax
         self._kp, self._kd, self._p_des, self._v_des, self._t_ff = (np.zeros(n) for _ in range(5))
@@ -247,6 +278,8 @@ class VirtualDamiaoArm:
         self._last_rx = np.zeros(n)             # sim time of the last frame per motor, s
         self._deadline = np.full(n, np.inf)     # sim time at which the watchdog fires
         self._next_deadline = np.inf
+        self._scripts = {}                      # motor index -> [(sim time, status), ...] still to come
+        self._next_script = np.inf              # sim time of the earliest of them
         self._buf_p, self._buf_v, self._buf_t = np.empty(n), np.empty(n), np.empty(n)
 
         self._set_initial_positions(initial_positions)
@@ -373,9 +406,10 @@ class VirtualDamiaoArm:
 
     @property
     def tau(self) -> np.ndarray:
-        """Joint torques (n,) applied during the last physics step, N m (N); = direction * T."""
+        """Joint torques (n,) the motors applied during the last physics step, N m (N);
+        = direction * effort_gain * T (joint friction not included)."""
         with self._lock:
-            return self._dir * self._motor_tau
+            return self._gain * self._motor_tau
 
     @property
     def frames_received(self) -> int:
@@ -442,6 +476,43 @@ class VirtualDamiaoArm:
         with self._lock:
             self._fault(self._state(can_id), status)
 
+    def script_status(self, can_id: int, steps) -> None:
+        """Drive a motor through a sequence of states of its own, whatever the host sends.
+
+        ``steps``: (status, seconds) pairs; each status is entered in turn and held for its
+        seconds of sim time, the last one until something else changes it (its seconds are
+        ignored, None will do). Entering 0x1 enables the motor as an enable frame does (zero
+        command until the next MIT frame), 0x0 disables it, a fault code faults it as
+        ``inject_fault``, any other nibble is reported as is and behaves like a fault. E.g.
+        [(0xA, 0.1), (0x1, None)]: an over-current for 0.1 s that the drive clears itself.
+        Replaces the motor's earlier script; an empty sequence just cancels it.
+        """
+        plan = []
+        for step in steps:
+            try:
+                status, seconds = step
+            except (TypeError, ValueError):
+                raise ValueError(f"steps must be (status, seconds) pairs, got {step!r}") from None
+            if isinstance(status, bool) or not isinstance(status, numbers.Integral) or not 0 <= status <= 0xF:
+                raise ValueError(f"a status is a nibble 0x0..0xF, got {status!r}")
+            plan.append((int(status), seconds))
+        for status, seconds in plan[:-1]:
+            if not isinstance(seconds, numbers.Real) or not seconds > 0 or not math.isfinite(seconds):
+                raise ValueError(f"status 0x{status:X} needs a positive finite duration, got {seconds!r}")
+        with self._lock:
+            s = self._state(can_id)
+            self._scripts.pop(s.index, None)
+            if plan:
+                at = self._data.time
+                timed = []
+                for status, seconds in plan:
+                    timed.append((at, status))
+                    at += seconds if seconds is not None else 0.0
+                self._set_status(s, timed[0][1])
+                if len(timed) > 1:
+                    self._scripts[s.index] = timed[1:]
+            self._next_script = min((left[0][0] for left in self._scripts.values()), default=np.inf)
+
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Stop (or resume) replying; a silent motor still obeys every frame it receives."""
         with self._lock:
@@ -456,7 +527,8 @@ class VirtualDamiaoArm:
             raise RuntimeError(f"emulator failed: {self._error}")
 
     def poll(self) -> int:
-        """Manual mode: handle every frame waiting on the bus; returns how many were read."""
+        """Manual mode: read every frame waiting on the bus (handled now, or after ``delay`` by
+        ``advance``); returns how many were read."""
         self._check_manual("poll")
         if self._bus is None or self._stopped:
             raise RuntimeError("poll() needs an open bus: call start() first")
@@ -466,7 +538,7 @@ class VirtualDamiaoArm:
                 msg = self._bus.recv(timeout=0)
                 if msg is None:
                     return count
-                self._handle(msg)
+                self._receive(msg)
                 count += 1
 
     def advance(self, seconds: float) -> None:
@@ -497,9 +569,14 @@ class VirtualDamiaoArm:
         data = self._data
         p, v, t = self._buf_p, self._buf_v, self._buf_t
         # motor-side state; arrays are preallocated: this runs 1000 times a second
-        np.subtract(data.qpos, self._offset, out=p)
+        # the state at mid-step: p + v dt/2 and v + a dt/2 (a of the last step)
+        np.multiply(data.qvel, 0.5 * self._dt, out=p)
+        p += data.qpos
+        p -= self._offset
         p *= self._dir
-        np.multiply(data.qvel, self._dir, out=v)
+        np.multiply(data.qacc, 0.5 * self._dt, out=v)
+        v += data.qvel
+        v *= self._dir
         np.subtract(self._p_des, p, out=p)
         p *= self._kp
         np.subtract(self._v_des, v, out=v)
@@ -510,13 +587,19 @@ class VirtualDamiaoArm:
         np.minimum(t, self._tmax, out=t)
         np.maximum(t, self._neg_tmax, out=t)
         np.multiply(t, self._active, out=self._motor_tau)
-        np.multiply(self._motor_tau, self._dir, out=data.qfrc_applied)
+        np.multiply(self._motor_tau, self._gain, out=data.qfrc_applied)
+        if self._friction is not None:
+            data.qfrc_applied -= self._friction(np.array(data.qvel))
         mujoco.mj_step(self._model, data)
         self._steps += 1
+        while self._pending and data.time >= self._pending[0][0] - _TIME_EPS:
+            self._handle(self._pending.popleft()[1])
         if diverged(data):
             raise _Diverged(self._divergence_message())
         if data.time >= self._next_deadline - _TIME_EPS:
             self._watchdog()
+        if data.time >= self._next_script - _TIME_EPS:
+            self._play_scripts()
         cost = time.perf_counter() - t0
         self._step_cost_sum += cost
         if cost > self._step_cost_max:
@@ -537,6 +620,16 @@ class VirtualDamiaoArm:
                 self._fault(s, dm.STATUS_COMMUNICATION_LOST)
         self._next_deadline = float(self._deadline.min())
 
+    def _play_scripts(self) -> None:
+        now = self._data.time
+        for i in list(self._scripts):
+            steps = self._scripts[i]
+            while steps and now >= steps[0][0] - _TIME_EPS:
+                self._set_status(self._states[i], steps.pop(0)[1])
+            if not steps:
+                del self._scripts[i]
+        self._next_script = min((left[0][0] for left in self._scripts.values()), default=np.inf)
+
     def _fail(self, message: str, exc_info=None) -> None:
         """Record a fatal error: zero every torque, stop replying, log it. Caller holds the lock."""
         if self._error is None:
@@ -554,6 +647,21 @@ class VirtualDamiaoArm:
     def _fault(self, s: _MotorState, status: int) -> None:
         s.status = status
         self._leave_enable(s.index)
+
+    def _set_status(self, s: _MotorState, status: int) -> None:
+        """Enter ``status`` by the motor's own doing (script_status)."""
+        if status == dm.STATUS_ENABLED:
+            if s.status != dm.STATUS_ENABLED:
+                self._enter_enable(s)
+        else:
+            self._fault(s, status)     # disabled, a fault, or a code of no defined meaning
+
+    def _enter_enable(self, s: _MotorState) -> None:
+        i = s.index
+        s.status = dm.STATUS_ENABLED
+        self._clear_command(i)     # zero torque until the first MIT command
+        self._active[i] = 1.0 if s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT else 0.0
+        self._arm_watchdog(s)
 
     def _leave_enable(self, i: int) -> None:
         self._active[i] = 0.0
@@ -583,6 +691,13 @@ class VirtualDamiaoArm:
         return p, v, min(max(t, -tmax), tmax)
 
     # --- frames ----------------------------------------------------------------------------
+
+    def _receive(self, msg: can.Message) -> None:
+        """A frame read off the bus: handled now, or queued for ``delay`` of sim time."""
+        if self._delay > 0.0:
+            self._pending.append((self._data.time + self._delay, msg))
+        else:
+            self._handle(msg)
 
     def _handle(self, msg: can.Message) -> None:
         """Handle one frame read off the bus; reply if a motor is addressed. Caller holds the lock."""
@@ -627,17 +742,14 @@ class VirtualDamiaoArm:
             code = data[7]
             if code == dm.CMD_ENABLE:
                 if s.status == dm.STATUS_DISABLED:
-                    s.status = dm.STATUS_ENABLED
-                    self._clear_command(i)     # zero torque until the first MIT command
-                    self._active[i] = 1.0 if s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT else 0.0
-                    self._arm_watchdog(s)
+                    self._enter_enable(s)
                 # a faulted motor stays faulted (and replies its fault) until clear error
             elif code == dm.CMD_DISABLE:
                 if s.status == dm.STATUS_ENABLED:
                     s.status = dm.STATUS_DISABLED
                 self._leave_enable(i)
             elif code == dm.CMD_CLEAR_ERROR:
-                if s.status in dm.FAULT_STATUSES:
+                if s.status not in (dm.STATUS_ENABLED, dm.STATUS_DISABLED):
                     s.status = dm.STATUS_DISABLED
             elif code == dm.CMD_SAVE_ZERO:
                 if s.status != dm.STATUS_ENABLED:
@@ -727,7 +839,7 @@ class VirtualDamiaoArm:
             msg = bus.recv(timeout=0)
             if msg is None:
                 return
-            self._handle(msg)
+            self._receive(msg)
 
     def _run(self) -> None:
         """Thread body: step physics on the wall clock, answer frames in between.
@@ -769,7 +881,7 @@ class VirtualDamiaoArm:
                     waited += time.perf_counter() - t0
                     if msg is not None:
                         with self._lock:
-                            self._handle(msg)
+                            self._receive(msg)
                 self._run_wall = time.perf_counter() - start
                 self._busy = self._run_wall - waited
         except _Diverged as exc:

@@ -27,6 +27,8 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class MotorLimits:
@@ -244,6 +246,18 @@ def decode_mit(data: Bytes, limits: MotorLimits) -> MitCommand:
         kd=uint_to_float(kd, KD_MIN, KD_MAX, KD_BITS),
         torque=uint_to_float(t, -limits.tmax, limits.tmax, TORQUE_BITS),
     )
+
+
+def decode_mit_payloads(payloads, limits: MotorLimits) -> np.ndarray:
+    """``decode_mit`` of many payloads at once: (K, 8) uint8 -> (K, 5) float, columns
+    position, velocity, kp, kd, torque (the same values, bit for bit). For command logs."""
+    _check_limits(limits)
+    d = np.asarray(payloads, dtype=np.uint8).reshape(-1, FRAME_LENGTH).astype(np.int64)
+    raw = ((d[:, 0] << 8) | d[:, 1], (d[:, 2] << 4) | (d[:, 3] >> 4), ((d[:, 3] & 0xF) << 8) | d[:, 4],
+           (d[:, 5] << 4) | (d[:, 6] >> 4), ((d[:, 6] & 0xF) << 8) | d[:, 7])
+    ranges = ((-limits.pmax, limits.pmax, POSITION_BITS), (-limits.vmax, limits.vmax, VELOCITY_BITS),
+              (KP_MIN, KP_MAX, KP_BITS), (KD_MIN, KD_MAX, KD_BITS), (-limits.tmax, limits.tmax, TORQUE_BITS))
+    return np.column_stack([lo + u / ((1 << bits) - 1) * (hi - lo) for u, (lo, hi, bits) in zip(raw, ranges)])
 
 
 # --- feedback frame --------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Per-joint regressor columns: friction, rotor inertia and torque offset.
+"""Per-joint regressor columns: friction, rotor inertia, springs and torque offset.
 
 Each term contributes one parameter per joint and acts only on its own joint:
-``coulomb`` f_c * sign(dq) (tanh(dq / smoothing) when smoothing > 0),
-``viscous`` f_v * dq, ``armature`` I_a * ddq (rotor inertia reflected through the
-gear), ``offset`` a constant torque (sensor bias, unmodelled spring).
-In MuJoCo terms: frictionloss, damping and armature.
+``coulomb`` f_c * sign(dq) (tanh(dq / smoothing) when smoothing > 0; MuJoCo's soft
+constraint where the data come from MuJoCo, see joint_physics), ``viscous`` f_v * dq,
+``armature`` I_a * ddq (rotor inertia reflected through the gear), ``offset`` a constant
+torque (sensor bias, gravity of an unmodelled part), ``stiffness`` k * (q - springref) (a
+spring). In MuJoCo terms: frictionloss, damping, armature and stiffness.
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TERMS = ("coulomb", "viscous", "armature", "offset")
-UNITS = {"coulomb": "N m", "viscous": "N m s/rad", "armature": "kg m^2", "offset": "N m"}
+TERMS = ("coulomb", "viscous", "armature", "offset", "stiffness")
+UNITS = {"coulomb": "N m", "viscous": "N m s/rad", "armature": "kg m^2", "offset": "N m", "stiffness": "N m/rad"}
 
 
 @dataclass(frozen=True)
@@ -36,24 +37,50 @@ def coulomb_feature(dq: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
     return np.sign(dq) if smoothing == 0.0 else np.tanh(dq / smoothing)
 
 
-def joint_regressor(dq: np.ndarray, ddq: np.ndarray, model: JointModel) -> np.ndarray:
+def joint_features(terms, q, dq, ddq, springref=0.0, smoothing: float = 0.0, coulomb=None,
+                   damping_delay: float = 0.0, spring_delay: float = 0.0) -> dict:
+    """{term: (N, n)} the torque of each term in ``terms`` per unit of its parameter.
+
+    q, dq, ddq (N, n) rad, rad/s, rad/s^2; ``springref`` (n,) rad; ``coulomb`` a Coulomb shape
+    (N, n) to use instead of coulomb_feature(dq, smoothing) (MuJoCo's soft friction);
+    ``damping_delay``/``spring_delay`` s: damping acts at dq + delay * ddq and the spring at
+    q + delay * (dq + delay * ddq) (MuJoCo's implicit integration, see joint_physics).
+    """
+    make = {
+        "coulomb": lambda: coulomb_feature(dq, smoothing) if coulomb is None else coulomb,
+        "viscous": lambda: dq + damping_delay * ddq if damping_delay else dq,
+        "armature": lambda: ddq,
+        "offset": lambda: np.ones_like(dq),
+        "stiffness": lambda: (q - springref) + (spring_delay * (dq + spring_delay * ddq) if spring_delay else 0.0),
+    }
+    return {t: np.asarray(make[t](), dtype=float) for t in terms}
+
+
+def diagonal_columns(features: dict, terms) -> np.ndarray:
     """Columns (N, n, len(terms) * n): term-major, joint-minor, diagonal in the joints.
 
-    Column ``t * n + j`` holds term t of joint j and is non-zero only in row j.
+    Column ``t * n + j`` holds term t of joint j (``features[term]`` (N, n)) and is non-zero
+    only in row j.
     """
-    dq = np.atleast_2d(dq)
-    num, n = dq.shape
-    features = {
-        "coulomb": lambda: coulomb_feature(dq, model.smoothing),
-        "viscous": lambda: dq,
-        "armature": lambda: np.atleast_2d(ddq),
-        "offset": lambda: np.ones_like(dq),
-    }
-    out = np.zeros((num, n, len(model.terms) * n))
+    terms = tuple(terms)
+    if not terms:
+        shape = next(iter(features.values())).shape if features else (0, 0)
+        return np.zeros(shape + (0,))
+    num, n = features[terms[0]].shape
+    out = np.zeros((num, n, len(terms) * n))
     diag = np.arange(n)
-    for t, term in enumerate(model.terms):
-        out[:, diag, t * n + diag] = features[term]()
+    for t, term in enumerate(terms):
+        out[:, diag, t * n + diag] = features[term]
     return out
+
+
+def joint_regressor(dq: np.ndarray, ddq: np.ndarray, model: JointModel, q=None, springref=0.0) -> np.ndarray:
+    """Columns (N, n, len(terms) * n) of ``model``'s terms as a real joint has them (see
+    diagonal_columns for the layout); ``q`` (N, n) rad is needed for the stiffness term."""
+    dq, ddq = np.atleast_2d(dq), np.atleast_2d(ddq)
+    if "stiffness" in model.terms and q is None:
+        raise ValueError("the stiffness term needs the joint positions q")
+    return diagonal_columns(joint_features(model.terms, q, dq, ddq, springref, model.smoothing), model.terms)
 
 
 def column_names(joint_names, model: JointModel) -> tuple:

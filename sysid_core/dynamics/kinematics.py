@@ -48,19 +48,21 @@ class Workspace:
 
     def __init__(self):
         self._arrays = {}
-        self.plan = None  # forward_pass's, for the last tree and block size
-        self.regressor_plan = None  # joint_torque_regressor's, for forward_pass's last plan
+        self.plan = None  # the caller's plan for these arrays (joint_torque_regressor's)
 
-    def empty(self, name: str, shape: tuple) -> np.ndarray:
-        key = (name, tuple(shape))
+    def empty(self, name: str, shape: tuple, most: int | None = None) -> np.ndarray:
+        """The array ``name`` of ``shape``; with ``most``, the first shape[0] of one of leading
+        length ``most``, so that arrays of a name differing only in that length share memory."""
+        full = tuple(shape) if most is None else (most, *shape[1:])
+        key = (name, full)
         if key not in self._arrays:
-            self._arrays[key] = np.empty(shape)
-        return self._arrays[key]
+            self._arrays[key] = np.empty(full)
+        return self._arrays[key] if most is None else self._arrays[key][:shape[0]]
 
 
 def _sparse(coefficients: np.ndarray) -> tuple:
     """Entries (k, 3) on the basis [1, b1, b2] as None (an exact zero) or (c0, c1, c2) floats."""
-    return tuple(tuple(float(c) for c in row) if np.any(row != 0.0) else None for row in coefficients)
+    return tuple(tuple(row) if any(row) else None for row in coefficients.tolist())
 
 
 # sin and cos by table and short polynomials: angle = k h + b with h = 2 pi / _TABLE_SIZE,
@@ -158,11 +160,15 @@ def _carried(rotation: np.ndarray, origin: np.ndarray, motion: np.ndarray) -> tu
     _change_frame, w' = R^T w and v' = R^T (v + w x t), products of two basis rows at most.
     """
     coef = np.zeros((6, 6))
+    w = motion[:3]
+    # column b: w x origin[:, b], by np.cross's own formula (one call for the three)
+    moment = np.array([w[1] * origin[2] - w[2] * origin[1], w[2] * origin[0] - w[0] * origin[2],
+                       w[0] * origin[1] - w[1] * origin[0]])
     for a in range(3):
-        coef[:3, _PRODUCT[0][a]] += rotation[:, :, a].T @ motion[:3]
+        coef[:3, _PRODUCT[0][a]] += rotation[:, :, a].T @ w
         coef[3:, _PRODUCT[0][a]] += rotation[:, :, a].T @ motion[3:]
         for b in range(3):
-            coef[3:, _PRODUCT[a][b]] += rotation[:, :, a].T @ np.cross(motion[:3], origin[:, b])
+            coef[3:, _PRODUCT[a][b]] += rotation[:, :, a].T @ moment[:, b]
     return tuple(tuple((k, float(c)) for k, c in enumerate(row) if c != 0.0) for row in coef)
 
 
@@ -195,9 +201,9 @@ def joint_steps(tree: KinematicTree) -> tuple:
             cross = -np.block([[s_w, np.zeros((3, 3))], [s_v, s_w]])
             steps[j] = JointStep(
                 rotation=_sparse(rotation.reshape(9, 3)), origin=_sparse(origin), motion=motion,
-                motion_terms=tuple((r, float(motion[r])) for r in np.flatnonzero(motion)),
-                cross_terms=tuple((r, tuple((int(c), float(cross[r, c])) for c in np.flatnonzero(cross[r])))
-                                  for r in range(6) if np.any(cross[r] != 0.0)),
+                motion_terms=tuple((r, value) for r, value in enumerate(motion.tolist()) if value),
+                cross_terms=tuple((r, tuple((c, value) for c, value in enumerate(row) if value))
+                                  for r, row in enumerate(cross.tolist()) if any(row)),
                 carried=None if previous is None else _carried(rotation, origin, steps[previous].motion))
             previous = int(j)
         last_joint[b] = previous
@@ -215,20 +221,63 @@ def joint_chains(tree: KinematicTree) -> tuple:
 
 
 @dataclass(frozen=True, eq=False)
-class Motion:
-    """Motion of every moving body over B samples, each in its own frame at its origin.
+class BodyPass:
+    """One moving body's share of the forward pass over a block of B samples.
 
-    ``velocity`` (6, nb, B) spatial velocities (w; v) in rad/s and m/s and ``acceleration``
-    (6, nb, B) spatial accelerations with -gravity included, bodies in model order (strided
-    views: the bodies' states share one padded array, so no copy gathers them).
-    ``subspaces[b]`` (k - 1, 6, B) are the motion subspaces of the first k - 1 of the k joints
-    that move body b, in the order of ``joint_chains(tree)[b]``; the last one's is the
-    constant ``JointStep.motion`` of that joint.
+    Running ``ops`` (those of the bodies before it first) leaves in ``velocity`` (6, B) and
+    ``acceleration`` (6, B) the body's spatial velocity (w; v) in rad/s and m/s and spatial
+    acceleration with -gravity included, in its own frame at its origin, and in ``subspaces``
+    (k - 1, 6, B) the motion subspaces of the first k - 1 of the k joints that move it, in the
+    order of ``joint_chains(tree)``; the last one's is the constant ``JointStep.motion`` of
+    that joint. The arrays belong to a slot of the Workspace that a later body takes over once
+    no child of this one needs them: read them before the next body's ops run.
     """
 
+    ops: tuple
     velocity: np.ndarray
     acceleration: np.ndarray
-    subspaces: tuple
+    subspaces: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardPlan:
+    """The forward pass of recursive Newton-Euler over blocks of ``size`` samples, as operations.
+
+    ``load`` puts a block's samples in place; then running each of ``bodies`` in order
+    (BodyPass) gives the motion of that body. ``angle``, ``dq``, ``ddq`` (n, size), ``basis``
+    (n, 2, size), ``trig`` (5, n, size) and ``root`` (2, 6, size) are the arrays ``load`` fills.
+    """
+
+    tree: KinematicTree
+    size: int
+    angle: np.ndarray
+    dq: np.ndarray
+    ddq: np.ndarray
+    basis: np.ndarray
+    trig: np.ndarray
+    root: np.ndarray
+    bodies: tuple
+
+    def load(self, gravity, q: np.ndarray, dq: np.ndarray, ddq: np.ndarray) -> None:
+        """Stage q, dq, ddq (count, n), count <= size, for the bodies' ops; gravity (3,) m/s^2.
+
+        A block shorter than ``size`` is padded with q = ref, dq = ddq = 0: the padding
+        samples are computed too, and ignored.
+        """
+        count, tree = q.shape[0], self.tree
+        np.subtract(q.T, tree.joint_ref[:, None], out=self.angle[:, :count])
+        np.copyto(self.dq[:, :count], dq.T)
+        np.copyto(self.ddq[:, :count], ddq.T)
+        if count < self.size:
+            for array in (self.angle, self.dq, self.ddq):
+                array[:, count:] = 0.0
+        sin_cos(self.angle, self.basis[:, 0], self.basis[:, 1], self.trig)
+        slide = tree.joint_type != HINGE
+        if slide.any():
+            self.basis[slide, 0] = self.angle[slide]
+            self.basis[slide, 1] = 0.0
+        self.root[...] = 0.0
+        self.root[1, 3:] = -np.asarray(gravity, dtype=float)[:, None]
 
 
 def as_samples(name: str, value, n: int) -> np.ndarray:
@@ -326,12 +375,13 @@ def combine(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = None
 
 
 def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, work: Workspace, ops: list,
-                  pool) -> None:
+                  pool, most: int) -> None:
     """Motion vectors state (m, 6, B) into a frame with orientation rot, origin ``origin``.
 
     ``rot`` is the 3x3 nested list and ``origin`` the 3 entries of the step (see _entries).
     Writes the first m rows of ``out``: v' = R^T (v + w x t), w' = R^T w, the velocity of
-    the point at the new origin.
+    the point at the new origin. Temporaries are the first m of ``most`` rows (m <= most),
+    shared by every state height.
     """
     m, num = state.shape[0], state.shape[-1]
     target = out[:m].reshape(m, 2, 3, num)
@@ -344,8 +394,8 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
     for c in range(3):
         terms = [(coef, w[:, d]) for d, coef in enumerate(cross[c]) if coef is not None]
         if terms:
-            linear[c], moved = work.empty(f"moved {c}", (m, num)), True
-            combine(linear[c], terms, work.empty("scratch", (m, num)), ops)
+            linear[c], moved = work.empty(f"moved {c}", (m, num), most), True
+            combine(linear[c], terms, work.empty("scratch", (m, num), most), ops)
             ops.append(partial(np.add, linear[c], v[:, c], out=linear[c]))
     if not moved:
         # no translation: both halves of each pair in one call per term
@@ -354,7 +404,7 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
     else:
         halves = [(target[:, 0], [w[:, c] for c in range(3)]), (target[:, 1], linear)]
     for dest, sources in halves:
-        scratch = work.empty("scratch", dest[..., 0, :].shape)
+        scratch = work.empty("scratch", dest[..., 0, :].shape, most)
         for r in range(3):
             combine(dest[..., r, :], [(rot[c][r], sources[c]) for c in range(3)], scratch, ops)
 
@@ -400,81 +450,70 @@ def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace,
             ops.append(partial(np.add, out[r], constant, out=out[r]))
 
 
-def forward_pass(tree: KinematicTree, gravity, q, dq, ddq, steps: tuple | None = None,
-                 work: Workspace | None = None) -> Motion:
-    """Motion of every moving body for q, dq, ddq of shape (B, n).
+def _slots(tree: KinematicTree) -> tuple:
+    """Per moving body, the slot (an index) holding its state, as few slots as the tree allows.
 
-    ``steps`` are joint_steps(tree), computed if not given. Temporaries grow with B:
-    joint_torque_regressor calls this on blocks of samples, with one ``work`` for all
-    blocks; the result lives in ``work`` and is overwritten by the next call with it.
+    A body's state is needed until its last child has taken its own from it; then its slot
+    is free for the next body. A serial chain needs two.
     """
-    n = tree.n_joints
-    q, dq, ddq = (as_samples(k, v, n) for k, v in (("q", q), ("dq", dq), ("ddq", ddq)))
-    if not (q.shape == dq.shape == ddq.shape):
-        raise ValueError(f"q, dq, ddq must have equal shapes, got {q.shape}, {dq.shape}, {ddq.shape}")
-    steps = joint_steps(tree) if steps is None else steps
-    work = Workspace() if work is None else work
-    num = q.shape[0]
-    plan = work.plan
-    if plan is None or plan[0] is not tree or plan[1] is not steps or plan[2] != num:
-        plan = work.plan = (tree, steps, num) + _forward_plan(tree, steps, num, work)
-    angle, dq_t, ddq_t, basis, final, root, ops, motion = plan[3:]
-    np.subtract(q.T, tree.joint_ref[:, None], out=angle)
-    np.copyto(dq_t, dq.T)
-    np.copyto(ddq_t, ddq.T)
-    # final, not yet written, lends its memory (>= 6 n B entries) to sin_cos's scratch
-    sin_cos(angle, basis[:, 0], basis[:, 1], final.reshape(-1)[:5 * n * num].reshape(5, n, num))
-    slide = tree.joint_type != HINGE
-    if slide.any():
-        basis[slide, 0] = angle[slide]
-        basis[slide, 1] = 0.0
-    root[...] = 0.0
-    root[1, 3:] = -np.asarray(gravity, dtype=float)[:, None]
-    run(ops)
-    return motion
+    last_use = list(range(tree.n_bodies))
+    for b in range(tree.n_bodies):
+        if tree.parent[b] >= 0:
+            last_use[tree.parent[b]] = max(last_use[tree.parent[b]], b)
+    slots, holder = [], []  # holder[s]: the body whose state slot s holds
+    for b in range(tree.n_bodies):
+        free = [s for s, owner in enumerate(holder) if last_use[owner] < b]
+        slot = free[0] if free else len(holder)
+        holder[slot:slot + 1] = [b]
+        slots.append(slot)
+    return tuple(slots)
 
 
-def _forward_plan(tree: KinematicTree, steps: tuple, num: int, work: Workspace) -> tuple:
-    """The arrays of forward_pass for blocks of num samples, and its joint loop as operations.
+def forward_plan(tree: KinematicTree, steps: tuple, size: int, work: Workspace) -> ForwardPlan:
+    """The forward pass for blocks of ``size`` samples, its joint loop recorded as operations.
 
     Everything that does not depend on the samples is done here once: the loop over bodies
-    and joints appends its ufunc calls, bound to arrays of ``work``, to a list that
-    forward_pass then only has to run.
+    and joints appends its ufunc calls, bound to arrays of ``work``, to per-body lists that
+    the caller then only has to run (see ForwardPlan). ``steps`` are joint_steps(tree).
+    Bodies' states share a few slots (as many as bodies alive together, two on a serial
+    chain), so the memory per sample does not grow with the number of bodies.
     """
-    n = tree.n_joints
+    n, num = tree.n_joints, size
     angle, dq_t, ddq_t = (work.empty(name, (n, num)) for name in ("angle", "dq", "ddq"))
     basis = work.empty("basis", (n, 2, num))  # the basis rows after the constant 1, per joint
     chains = joint_chains(tree)
-    # Each body's final state is a slice of one array padded to the deepest body, so the
-    # velocities and accelerations of all bodies are views at a fixed stride. Rows of the
-    # padding are never part of a state: they hold the short-lived rows of a joint's step.
-    final = work.empty("body states", (tree.n_bodies, 1 + max(map(len, chains)), 6, num))
-    spare = [row for b, chain in enumerate(chains) for row in final[b, 1 + len(chain):].reshape(-1, num)]
     # state rows: velocity, acceleration, then the motion subspaces of the joints above the
     # current one (whose own subspace is constant and never stored)
+    most = 1 + max(map(len, chains))
+    slots = _slots(tree)
+    slot = work.empty("body states", (1 + max(slots), most, 6, num))
     root = work.empty("root", (2, 6, num))
-    ops = []
+    bodies, final = [], {}
     for b in range(tree.n_bodies):
-        p = tree.parent[b]
-        state = root if p < 0 else final[p, :1 + len(chains[p])]
+        p, ops = tree.parent[b], []
+        state = root if p < 0 else final[p]
         for order, j in enumerate(tree.body_joints[b]):
             taken = iter(range(1 << 30))
 
             def pool():
-                i = next(taken)
-                return spare[i] if i < len(spare) else work.empty(f"pool {i}", (num,))
+                return work.empty(f"pool {next(taken)}", (num,))
 
             step, rows = steps[j], state.shape[0]
             rows_after = rows if step.carried is None else rows + 1
             last = order == len(tree.body_joints[b]) - 1
-            new = final[b, :rows_after] if last else work.empty(f"state {j}", (rows_after, 6, num))
+            # a body's joints before its last alternate between two buffers of their own
+            new = slot[slots[b], :rows_after] if last else work.empty(f"joint state {order % 2}", (rows_after, 6, num),
+                                                                      most)
             rot = _entries(step.rotation, basis[j], ops, pool)
             origin = _entries(step.origin, basis[j], ops, pool)
-            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool)
+            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool, most)
             if step.carried is not None:
                 _carry(step, basis[j], new[rows], work, ops)
             _add_joint_motion(new, step, dq_t[j], ddq_t[j], ops, pool)
             state = new
-    velocity, acceleration = (np.moveaxis(final[:, k], 0, 1) for k in range(2))
-    motion = Motion(velocity, acceleration, tuple(final[b, 2:1 + len(chain)] for b, chain in enumerate(chains)))
-    return angle, dq_t, ddq_t, basis, final, root, tuple(ops), motion
+        final[b] = state
+        bodies.append(BodyPass(tuple(ops), state[0], state[1], state[2:]))
+    # sin_cos's scratch, needed before any body's ops run: the slots' memory when large enough
+    trig = (slot.reshape(-1)[:5 * n * num].reshape(5, n, num) if slot.size >= 5 * n * num
+            else work.empty("sin cos", (5, n, num)))
+    return ForwardPlan(tree, size, angle, dq_t, ddq_t, basis, trig, root, tuple(bodies))

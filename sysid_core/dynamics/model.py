@@ -18,8 +18,10 @@ import mujoco
 import numpy as np
 
 from ..errors import ModelError
-from . import urdf
+from . import friction, urdf
 from .inertia import from_com_inertia, transform_parameters
+from .joint_physics import FrictionLossConstraint, MujocoPhysics
+from .regressor import joint_torque_regressor
 from .tree import HINGE, SLIDE, KinematicTree
 
 _TYPE_NAMES = {int(mujoco.mjtJoint.mjJNT_FREE): "free", int(mujoco.mjtJoint.mjJNT_BALL): "ball"}
@@ -134,8 +136,11 @@ class Robot:
     Joints are in MuJoCo dof order (n of them); moving bodies in model order (nb).
     ``nominal_parameters`` (nb, 10) are the model's standard parameters with welded
     bodies merged; ``own_parameters`` (nb, 10) those of each body alone, so the welded
-    share is their difference; ``merged_bodies`` names the welded bodies per moving body. Joint properties (n,): ``armature`` kg m^2 (or kg), ``damping``
-    N m s/rad, ``frictionloss`` N m, ``joint_range`` (n, 2) rad or m (inf when unlimited).
+    share is their difference; ``merged_bodies`` names the welded bodies per moving body.
+    Joint properties (n,): ``armature`` kg m^2 (or kg), ``damping`` N m s/rad,
+    ``frictionloss`` N m, ``stiffness`` N m/rad toward ``springref`` rad, ``joint_range``
+    (n, 2) rad or m (inf when unlimited); ``frictionloss_constraint`` how MuJoCo applies the
+    frictionloss (joint_physics.FrictionLossConstraint; only where data come from MuJoCo).
 
     ``source_format`` is "mjcf" or "urdf"; ``description`` the URDF text a URDF robot was
     loaded from (what exports edit); ``simulation_adjustments`` {link: what changed} for the
@@ -159,6 +164,9 @@ class Robot:
     damping: np.ndarray
     frictionloss: np.ndarray
     joint_range: np.ndarray
+    stiffness: np.ndarray
+    springref: np.ndarray
+    frictionloss_constraint: FrictionLossConstraint
     source_format: str = "mjcf"
     description: str | None = None
     simulation_adjustments: dict = field(default_factory=dict)
@@ -176,6 +184,19 @@ class Robot:
         """Index of the terminal body among the moving bodies."""
         return self.body_names.index(self.terminal_body)
 
+    @property
+    def welded_parameters(self) -> np.ndarray:
+        """(nb, 10) the welded bodies merged into each moving body (zeros where none): what a
+        model file keeps in their own inertials."""
+        return self.nominal_parameters - self.own_parameters
+
+    @property
+    def joint_values(self) -> dict:
+        """{term: (n,)} the model's value of every per-joint term (friction.TERMS): coulomb =
+        frictionloss, viscous = damping, armature, offset = 0, stiffness."""
+        return {"coulomb": self.frictionloss, "viscous": self.damping, "armature": self.armature,
+                "offset": np.zeros(self.n_joints), "stiffness": self.stiffness}
+
     def regressor(self, q, dq, ddq) -> np.ndarray:
         """Inertial joint-torque regressor Y, shape (N, n, 10 nb).
 
@@ -183,19 +204,53 @@ class Robot:
         with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
         torques in N m (N for slides), gravity included.
         """
-        from .regressor import joint_torque_regressor  # imports SymPy: not at `import sysid_core`
         return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
 
-    def inverse_dynamics(self, q, dq, ddq, parameters=None) -> np.ndarray:
-        """Joint torques (N, n) of the model: rigid body plus armature, damping and Coulomb friction.
+    def inverse_inertia_diagonal(self, parameters=None, armature=None) -> np.ndarray:
+        """diag(M(qpos0)^-1) (n,): MuJoCo's dof_invweight0 for these inertial ``parameters``
+        (nb, 10) and ``armature`` (n,) (default the model's), which frictionloss's constraint
+        force depends on."""
+        theta = (self.nominal_parameters if parameters is None else np.asarray(parameters)).reshape(-1)
+        armature = self.armature if armature is None else np.asarray(armature, dtype=float)
+        n = self.n_joints
+        q = np.tile(self.tree.joint_ref, (n + 1, 1))
+        ddq = np.vstack([np.eye(n), np.zeros(n)])
+        torque = self.regressor(q, np.zeros_like(q), ddq) @ theta
+        mass = (torque[:n] - torque[n]).T + np.diag(armature)  # column j: M e_j
+        return np.diag(np.linalg.inv(0.5 * (mass + mass.T)))
 
-        ``parameters`` (nb, 10) overrides the nominal inertial parameters. Coulomb friction
-        uses sign(dq), the limit MuJoCo's friction loss approaches while sliding.
+    def joint_features(self, terms, q, dq, ddq, smoothing: float = 0.0, physics: MujocoPhysics | None = None,
+                       frictionloss=None, invweight0=None) -> dict:
+        """{term: (N, n)} the torque per unit parameter of each joint term (friction.joint_features).
+
+        Without ``physics`` (hardware) Coulomb friction is sign(dq) (tanh with ``smoothing``);
+        with MuJoCo ``physics`` it is MuJoCo's frictionloss constraint per unit of the level
+        ``frictionloss`` (n,) (default the model's) with ``invweight0`` (n,) (default the
+        model's), and damping and springs act where MuJoCo's integrator puts them."""
+        coulomb = None
+        if physics is not None and "coulomb" in terms:
+            coulomb = self.frictionloss_constraint.shape(
+                dq, ddq, self.frictionloss if frictionloss is None else frictionloss,
+                self.model.dof_invweight0 if invweight0 is None else invweight0, physics.timestep)
+        return friction.joint_features(terms, q, dq, ddq, self.springref, smoothing, coulomb,
+                                       0.0 if physics is None else physics.damping_delay,
+                                       0.0 if physics is None else physics.spring_delay)
+
+    def inverse_dynamics(self, q, dq, ddq, parameters=None, physics: MujocoPhysics | None = None) -> np.ndarray:
+        """Joint torques (N, n) N m of the model: rigid body plus armature, damping, springs and
+        Coulomb friction.
+
+        ``parameters`` (nb, 10) overrides the nominal inertial parameters. Without ``physics``
+        (a real arm) Coulomb friction is frictionloss * sign(dq); with MuJoCo ``physics`` the
+        joint terms are what MuJoCo applies (joint_physics): mj_inverse's torques for
+        ``MujocoPhysics.inverse(model)``.
         """
         theta = self.nominal_parameters if parameters is None else np.asarray(parameters)
         q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
         tau = self.regressor(q, dq, ddq) @ theta.reshape(-1)
-        return tau + self.armature * ddq + self.damping * dq + self.frictionloss * np.sign(dq)
+        values = self.joint_values
+        features = self.joint_features(friction.TERMS, q, dq, ddq, physics=physics)
+        return tau + sum(values[t] * features[t] for t in friction.TERMS)
 
 
 def _gravity(model: mujoco.MjModel) -> np.ndarray:
@@ -322,5 +377,8 @@ def load_robot(source, terminal_body: str | None = None, terminal_joint: str | N
         body_ids=np.array(moving_ids), merged_bodies=merged, terminal_body=names["body"][term_body],
         terminal_joint=term_joint, gravity=_gravity(model), nominal_parameters=theta, own_parameters=own,
         armature=model.dof_armature.copy(), damping=model.dof_damping.copy(),
-        frictionloss=model.dof_frictionloss.copy(), joint_range=joint_range, source_format=source_format,
+        frictionloss=model.dof_frictionloss.copy(), joint_range=joint_range,
+        stiffness=model.jnt_stiffness[model.dof_jntid].copy(),
+        springref=model.qpos_spring[model.jnt_qposadr[model.dof_jntid]].copy(),
+        frictionloss_constraint=FrictionLossConstraint.from_model(model), source_format=source_format,
         description=description, simulation_adjustments=adjustments)

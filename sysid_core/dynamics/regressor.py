@@ -2,30 +2,27 @@
 from __future__ import annotations
 
 import threading
-from functools import lru_cache, partial
+from functools import lru_cache
 
 import numpy as np
 
-from .kinematics import Workspace, as_samples, forward_pass, joint_chains, joint_steps, run
+from .kinematics import Workspace, as_samples, forward_plan, joint_chains, joint_steps, run
 from .rigid_body import body_regressor_blocks
 from .tree import KinematicTree
 
-# Samples per block: bounds the temporaries (about 6 kB per sample on a 7-DOF arm) while
-# the Python overhead per block (a few hundred ufunc calls) stays small.
+# Samples go in blocks of BLOCK, the last (or only) one of the smallest size of a fixed
+# ladder that holds the rest: a block's NumPy calls are planned once per tree and size, and
+# a call uses at most two sizes. BLOCK bounds the temporaries (about 2.1 kB per sample of a
+# block on a 7-DOF arm) while the Python overhead per block (several hundred ufunc calls)
+# stays small against the work. The ladder: multiples of BLOCK / 8 (a last block wastes
+# less than BLOCK / 8 samples), below that powers of two down to SMALLEST.
 BLOCK = 8192
-# Per thread, the Workspace of the last block size, kept between calls: paging in fresh
-# temporaries on every call would cost a sixth of the whole computation.
+SMALLEST = 64
+# Per thread, the Workspace and plan of the last KEPT block sizes (for the last tree), kept
+# between calls: paging in fresh temporaries on every call would cost as much as the
+# computation. KEPT bounds the memory a thread keeps, whatever the calls' sample counts.
+KEPT = 3
 _WORKSPACES = threading.local()
-# A's stored entries per body and sample (mass 3, first moment 18, inertia 18), and the
-# size up to which joint_torque_regressor evaluates A for all bodies at once
-A_ENTRIES = 39
-A_TOGETHER_BYTES = 4 << 20
-
-
-def _workspace(size: int) -> Workspace:
-    if getattr(_WORKSPACES, "size", None) != size:
-        _WORKSPACES.size, _WORKSPACES.work = size, Workspace()
-    return _WORKSPACES.work
 
 
 @lru_cache(maxsize=32)
@@ -41,7 +38,7 @@ def _as_index(joints: tuple):
 
 
 def _project(rows: np.ndarray, subspaces: np.ndarray, mass, first_moment, inertia) -> None:
-    """rows (k, 10, B) = subspaces (k, 6, B) against a body's regressor A (6, 10, B) given by its blocks.
+    """rows (k, 10, C) = subspaces (k, 6, C) against a body's regressor A (6, 10, C) given by its blocks.
 
     A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2; einsum
     contracts each block in one C loop straight into ``rows``, with no temporaries.
@@ -52,11 +49,12 @@ def _project(rows: np.ndarray, subspaces: np.ndarray, mass, first_moment, inerti
 
 
 def _constant_plan(motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> tuple:
-    """How to write row (10, B) = constant motion (6,) against A: a sum over motion's non-zeros only.
+    """How to write row (10, C) = constant motion (6,) against A: a sum over motion's non-zeros only.
 
-    Per part of the row with terms, (index into row, ops); an op (kind, f, args) stands for
-    f(*args, out=part) (kind 0), f(part, *args, out=part) (kind 1) or f() (kind 2). ``row``
-    starts as zeros (a fresh np.zeros buffer): a part with no terms is left alone.
+    Per part of the row with terms, (index into row, ops); an op (f, args, out) stands for
+    f(*args, out=out) with None in args or out standing for that part of the row, and
+    arrays (of the block's full size B) cut to the row's C samples. ``row`` starts as zeros
+    (a fresh np.zeros buffer): a part with no terms is left alone.
     """
     coef = [float(c) if c != 0.0 else None for c in motion]
     plan = []
@@ -68,44 +66,84 @@ def _constant_plan(motion: np.ndarray, mass, first_moment, inertia, work: Worksp
             continue
         scratch = work.empty("row", part.shape)
         (c, x), ops = terms[0], []
-        ops.append((0, np.positive, (x,)) if c == 1.0 else (0, np.negative, (x,)) if c == -1.0
-                   else (0, np.multiply, (x, c)))
+        ops.append((np.positive, (x,), None) if c == 1.0 else (np.negative, (x,), None) if c == -1.0
+                   else (np.multiply, (x, c), None))
         for c, x in terms[1:]:
             if abs(c) == 1.0:
-                ops.append((1, np.add if c > 0 else np.subtract, (x,)))
+                ops.append((np.add if c > 0 else np.subtract, (None, x), None))
             else:
-                ops.append((2, partial(np.multiply, x, c, out=scratch), ()))
-                ops.append((1, np.add, (scratch,)))
+                ops.append((np.multiply, (x, c), scratch))
+                ops.append((np.add, (None, scratch), None))
         plan.append((index, tuple(ops)))
     return tuple(plan)
 
 
 def _project_constant(row: np.ndarray, plan: tuple) -> None:
-    """row (10, B) = a constant motion against A, by its _constant_plan."""
+    """row (10, C) = a constant motion against A, by its _constant_plan."""
+    count = row.shape[-1]
     for index, ops in plan:
         part = row[index]
-        for kind, f, args in ops:
-            if kind == 0:
-                f(*args, out=part)
-            elif kind == 1:
-                f(part, *args, out=part)
-            else:
-                f()
+        for f, args, out in ops:
+            f(*[part if a is None else a[..., :count] if isinstance(a, np.ndarray) else a for a in args],
+              out=part if out is None else out[..., :count])
 
 
-def _regressor_plan(tree: KinematicTree, steps: tuple, motion, together: bool, work: Workspace) -> tuple:
-    """Per body: (ops evaluating its A blocks, the blocks, its _constant_plan); A's ops once for all if together."""
-    bodies, shared = [], []
-    if together:
-        every = body_regressor_blocks(motion.velocity, motion.acceleration, work, shared)
-    for b, chain in enumerate(joint_chains(tree)):
-        ops = []
-        if together:
-            blocks = every[0][:, b], every[1][:, :, b], every[2][:, :, b]
-        else:
-            blocks = body_regressor_blocks(motion.velocity[:, b], motion.acceleration[:, b], work, ops)
-        bodies.append((tuple(ops), blocks, _constant_plan(steps[chain[-1]].motion, *blocks, work)))
-    return tuple(shared), tuple(bodies)
+def _regressor_plan(tree: KinematicTree, size: int, work: Workspace) -> tuple:
+    """The forward plan for blocks of ``size`` samples and, per body, (ops, subspaces, blocks,
+    constant plan, last joint, joints above, rows): running ops (the body's share of the
+    forward pass, then its A) leaves A's blocks (body_regressor_blocks) and the subspaces
+    of the joints above the last one for the projection; ``above`` indexes the output's
+    rows, and ``rows`` (k - 1, 10, size) stages them when they are not a slice (trees)."""
+    steps = _cached_steps(tree)
+    forward = forward_plan(tree, steps, size, work)
+    bodies = []
+    for body, chain in zip(forward.bodies, joint_chains(tree)):
+        ops = list(body.ops)
+        blocks = body_regressor_blocks(body.velocity, body.acceleration, work, ops)
+        constant = _constant_plan(steps[chain[-1]].motion, *blocks, work)
+        above = _as_index(chain[:-1])
+        rows = None if isinstance(above, slice) or not above.size else work.empty(
+            "rows", (above.size, 10, size), tree.n_joints)
+        bodies.append((tuple(ops), body.subspaces, blocks, constant, chain[-1], above, rows))
+    return forward, tuple(bodies)
+
+
+def _planned(tree: KinematicTree, size: int) -> tuple:
+    """This thread's plan for ``tree`` and blocks of ``size``; a new tree gets fresh arrays."""
+    if not hasattr(_WORKSPACES, "by_size"):
+        _WORKSPACES.by_size = {}
+    kept = _WORKSPACES.by_size
+    work = kept.pop(size, None)  # re-inserted last: the dict's order is the order of use
+    if work is None or work.plan[0].tree is not tree:
+        work = Workspace()
+        work.plan = _regressor_plan(tree, size, work)
+    kept[size] = work
+    while len(kept) > KEPT:
+        del kept[next(iter(kept))]
+    return work.plan
+
+
+def ladder_size(rest: int) -> int:
+    """The smallest block size of the ladder (see BLOCK) holding ``rest`` <= BLOCK samples."""
+    step = BLOCK // 8
+    if rest > step:
+        return -(-rest // step) * step
+    size = step
+    while size // 2 >= max(rest, SMALLEST):
+        size //= 2
+    return size
+
+
+def block_schedule(num: int) -> list:
+    """The blocks (start, size) that cover num samples: full BLOCKs, then the rest in one
+    block of ``ladder_size(rest)``; that one ends at num (overlapping its predecessor) when
+    num >= BLOCK, else it is padded past num."""
+    full, rest = divmod(num, BLOCK)
+    starts = [(k * BLOCK, BLOCK) for k in range(full)]
+    if rest:
+        size = ladder_size(rest)
+        starts.append((max(num - size, 0), size))
+    return starts
 
 
 def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarray:
@@ -114,46 +152,33 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
     Columns of block b are [m, hx, hy, hz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz] of body b about
     its origin in its frame; rows are joints in dof order; SI units, gravity (3,) in m/s^2.
     The result is a view of a joint-major buffer (samples last, where the work is
-    contiguous); use np.ascontiguousarray(Y) where C order matters. Samples go in blocks of
-    at most BLOCK; each calling thread keeps its temporaries (tens of MB) for the next call.
+    contiguous); use np.ascontiguousarray(Y) where C order matters. Samples go in blocks
+    (see ``block_schedule``); each calling thread keeps its temporaries (tens of MB) and plans for
+    the next call.
     """
     n = tree.n_joints
     q, dq, ddq = (as_samples(k, v, n) for k, v in (("q", q), ("dq", dq), ("ddq", ddq)))
     if not (q.shape == dq.shape == ddq.shape):
         raise ValueError(f"q, dq, ddq must have equal shapes, got {q.shape}, {dq.shape}, {ddq.shape}")
-    steps = _cached_steps(tree)
     num = q.shape[0]
     # zeros: the blocks of joints that do not move a body are never written (nor paged in)
     out = np.zeros((n, 10 * tree.n_bodies, num))
-    # blocks of one size (the last one overlaps its predecessor by < count samples), so
-    # that every block reuses the temporaries in ``work``
-    count = -(-num // BLOCK)
-    size = -(-num // max(count, 1))
-    work = _workspace(size)
-    # per body: its last joint, and the joints above it as an index of out
-    targets = [(chain[-1], _as_index(chain[:-1])) for chain in joint_chains(tree)]
-    # A of all bodies in one go shares the per-call overhead between bodies; once A would
-    # outgrow the caches, A body by body is projected while still cached (and needs nb
-    # times less memory)
-    together = A_ENTRIES * tree.n_bodies * size * 8 <= A_TOGETHER_BYTES
-    for start in range(0, num, max(size, 1)):
-        block = slice(min(start, num - size), min(start, num - size) + size)
-        motion = forward_pass(tree, gravity, q[block], dq[block], ddq[block], steps, work)
-        plan = work.regressor_plan
-        if plan is None or plan[0] is not motion or plan[1] != together:
-            plan = work.regressor_plan = (motion, together) + _regressor_plan(tree, steps, motion, together, work)
-        shared, bodies = plan[2:]
-        run(shared)
-        for b, (subspaces, (last, above), (ops, blocks, constant)) in enumerate(zip(motion.subspaces, targets, bodies)):
+    for start, size in block_schedule(num):
+        forward, bodies = _planned(tree, size)
+        block = slice(start, min(start + size, num))
+        forward.load(gravity, q[block], dq[block], ddq[block])
+        count = block.stop - start
+        for b, (ops, subspaces, parts, constant, last, above, rows) in enumerate(bodies):
             # torque on joint k from body b: k's motion subspace in b's frame against b's wrench
             run(ops)
             columns = slice(10 * b, 10 * b + 10)
             # the last joint's subspace is constant: only its non-zeros are worth a product
             _project_constant(out[last, columns, block], constant)
+            if count < size:  # a padded block: its first count samples only
+                subspaces, parts = subspaces[..., :count], [x[..., :count] for x in parts]
             if isinstance(above, slice):
-                _project(out[above, columns, block], subspaces, *blocks)
+                _project(out[above, columns, block], subspaces, *parts)
             elif above.size:
-                rows = work.empty("rows", (above.size, 10, size))
-                _project(rows, subspaces, *blocks)
-                out[above, columns, block] = rows
+                _project(rows[..., :count], subspaces, *parts)
+                out[above, columns, block] = rows[..., :count]
     return np.moveaxis(out, -1, 0)

@@ -29,9 +29,6 @@ import numpy as np
 from ..errors import ModelError
 from .inertia import from_com_inertia, to_com_inertia
 
-# Simulation step of a URDF that names none (<mujoco><option timestep>): the 1 kHz of a
-# ros2_control loop, below MuJoCo's 2 ms default, so simulated runs sample at 1 kHz.
-TIMESTEP_S = 0.001
 # Smallest mass (kg) and added principal moment (kg m^2) of a moving link MuJoCo refuses as
 # massless or flat: far below any real link (grams, 1e-5 kg m^2), large enough for its compiler.
 MIN_MASS = 1e-6
@@ -199,9 +196,6 @@ def compile_urdf(root: ET.Element, where: str, inertials: dict) -> tuple[mujoco.
     except ValueError as err:
         raise ModelError(f"cannot load URDF {where}: {' '.join(str(err).split())}") from None
     _identification_compiler(spec)
-    option = root.find("mujoco/option")
-    if option is None or option.get("timestep") is None:
-        spec.option.timestep = TIMESTEP_S
     changed, reasons = {}, {}
     while True:
         try:

@@ -212,18 +212,19 @@ def _linear_maps(harmonics: int, base_frequency: float, time: np.ndarray):
     return dev, vel, acc
 
 
-def actuator_torque_limits(robot: Robot) -> np.ndarray | None:
+def actuator_torque_limits(robot: Robot | mujoco.MjModel) -> np.ndarray | None:
     """Symmetric joint torque limits (n,) N m (N for slides) from the model's actuators, or None.
 
-    A joint's limit is the sum over the actuators driving it of |gear| times the smaller
-    bound magnitude of forcerange (when force-limited) or, for a plain motor, of |gain| times
+    ``robot``: a Robot or its compiled MuJoCo model (hinge and slide joints). A joint's limit
+    is the sum over the actuators driving it of |gear| times the smaller bound magnitude of
+    forcerange (when force-limited) or, for a plain motor, of |gain| times
     ctrlrange (when control-limited); a joint ``actuatorfrcrange`` caps it further. Joints
     without any such limit get inf; None when no joint has one.
     """
-    model = robot.model
-    limits = np.zeros(robot.n_joints)
-    limited = np.zeros(robot.n_joints, dtype=bool)
-    unlimited = np.zeros(robot.n_joints, dtype=bool)
+    model = robot if isinstance(robot, mujoco.MjModel) else robot.model
+    limits = np.zeros(model.nv)
+    limited = np.zeros(model.nv, dtype=bool)
+    unlimited = np.zeros(model.nv, dtype=bool)
     for k in range(model.nu):
         if model.actuator_trntype[k] != mujoco.mjtTrn.mjTRN_JOINT:
             continue
@@ -253,6 +254,37 @@ def default_criterion(config: IdentificationConfig) -> str:
     """The criterion an excitation for ``config`` is designed for: ``payload`` in the terminal
     scope (the terminal body's 10 parameters, friction as nuisance), ``d_optimal`` in the full scope."""
     return DEFAULT_CRITERIA[config.scope]
+
+
+# the name the multisine's slowing (and the CLI) know the share of the torque limits by
+TORQUE_USAGE = TORQUE_SHARE
+# each retry slows the plan by a factor in [_MIN_SLOWDOWN, _MAX_SLOWDOWN]: at most ~35 tries from 2 rad/s
+_MIN_SLOWDOWN, _MAX_SLOWDOWN = 0.3, 0.9
+
+
+def slow_to_torque_limits(make_plan, robot: Robot, max_velocity: float, torque_limits=None,
+                          usage: float = TORQUE_USAGE, min_velocity: float = 0.05) -> tuple[Trajectory, float, float]:
+    """The fastest plan ``make_plan(v)`` (v rad/s, at most ``max_velocity``) whose nominal
+    inverse-dynamics torques stay within ``usage`` of the actuators' torque limits.
+
+    ``make_plan``: v -> Trajectory, e.g. a multisine capped at v (a lower cap also shrinks its
+    amplitude, so gravity torques fall with it). torque_limits: (n,) N m, inf for none; None
+    takes ``actuator_torque_limits(robot)``. Published arms carry joint damping of hundreds of
+    N m s/rad that alone exceeds their force range at 1-2 rad/s. Returns (plan, v, peak usage):
+    v = max_velocity when the first plan fits or the model gives no limits; the slowest plan
+    tried (v = min_velocity) when none fits, for the caller to refuse or report.
+    """
+    limits = actuator_torque_limits(robot) if torque_limits is None else np.asarray(torque_limits, dtype=float)
+    velocity = float(max_velocity)
+    while True:
+        plan = make_plan(velocity)
+        if limits is None:
+            return plan, velocity, 0.0
+        tau = robot.inverse_dynamics(plan.q, plan.dq, plan.ddq)
+        peak = float(np.max(np.abs(tau) / limits))
+        if peak <= usage or velocity <= min_velocity:
+            return plan, velocity, peak
+        velocity = max(min_velocity, velocity * min(_MAX_SLOWDOWN, max(_MIN_SLOWDOWN, usage / peak)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -337,6 +369,9 @@ class _Problem:
     def __init__(self, robot, config, criterion, weights, noise_std, harmonics, base_frequency, start,
                  lower, upper, v_max, a_max, tau_max, clearance):
         self.robot, self.criterion = robot, criterion
+        # designed for the arm's own joint physics (a real arm's: what the plan will be run on),
+        # whatever source the identification's data will later come from
+        config = replace(config, physics=None)
         # the regressor the design sees: Coulomb's sign smoothed, or the criterion would jump
         # wherever a grid sample's velocity changes sign
         smoothing = max(config.joint_model.smoothing, COULOMB_SMOOTHING)

@@ -6,6 +6,15 @@ and others only in fixed combinations (Izz of a link plus m l^2 of the next).
 QR decomposition with column pivoting splits the columns into r independent
 ones and p - r dependent ones, W2 = W1 K with K = R11^-1 R12, so that
 W theta = W1 beta with beta = theta1 + K theta2 (Gautier 1990).
+
+Which column of a group stands for it is a choice, and it decides whether a reader can use
+the result. Plain pivoting takes the column with the largest residual, which on unit-norm
+columns can be a mass whose raw column is tiny (a link 5 mm off its joint axis: r^2 ddq)
+and whose base parameter then reads ``m + 34613*Izz + ...``. The pivoting here prefers, among
+the columns whose residual is within PIVOT_WINDOW of the largest, an inertia before a first
+moment before a joint term before a mass (the classical regrouping of Khalil and Gautier:
+masses are folded into the inertias and first moments of the links before them), so
+``Izz + 2.9e-5*m`` stands for that group instead.
 """
 from __future__ import annotations
 
@@ -17,6 +26,13 @@ import scipy.linalg
 from ..errors import IdentificationError
 
 ZERO_COLUMN = 1e-10  # column norm, relative to the largest, below which a column is round-off
+# A pivot may be a preferred column whose residual is at least this fraction of the largest:
+# every step loses at most this factor against plain pivoting, so R11 stays well conditioned.
+PIVOT_WINDOW = 0.1
+# Pivot preference of a parameter by the suffix of its name (lower first): inertias, first
+# moments, then joint terms (friction, armature, springs, offsets), masses last.
+_PREFERENCE = {"Ixx": 0, "Ixy": 0, "Ixz": 0, "Iyy": 0, "Iyz": 0, "Izz": 0, "hx": 1, "hy": 1, "hz": 1, "m": 3}
+_JOINT_TERM = 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,11 +65,54 @@ def _expression(name: str, row: np.ndarray, column_names, pivot: int, tol: float
     return " ".join(terms)
 
 
+def preference(name: str) -> int:
+    """Pivot preference class of the parameter ``<owner>.<parameter>`` (lower is preferred)."""
+    return _PREFERENCE.get(name.rpartition(".")[2], _JOINT_TERM)
+
+
+def _pivoted_qr(matrix: np.ndarray, classes: np.ndarray, tol: float):
+    """Householder QR with column pivoting by preference: (R (k, k), permutation (k,), rank).
+
+    ``matrix`` (rows, k) with columns of unit norm; ``classes`` (k,) preference classes. At
+    every step the pivot is the most preferred column (then the largest residual) among those
+    whose residual norm is at least PIVOT_WINDOW times the largest; the rank is the step at
+    which the largest residual falls to ``tol`` (relative: the first pivot has norm 1).
+    """
+    # the same factorisation on the (k, k) triangle of an unpivoted QR: orthogonal rows
+    # leave every residual norm unchanged, and the steps below cost O(k^2) instead of O(rows k)
+    work = np.linalg.qr(matrix, mode="r").copy()
+    rows, k = work.shape
+    perm = np.arange(k)
+    rank = 0
+    for step in range(min(rows, k)):
+        norms = np.linalg.norm(work[step:, step:], axis=0)
+        largest = float(norms.max())
+        if largest <= tol:
+            break
+        window = np.flatnonzero(norms >= PIVOT_WINDOW * largest)
+        pick = step + int(window[np.lexsort((-norms[window], classes[perm[step + window]]))[0]])
+        work[:, [step, pick]] = work[:, [pick, step]]
+        perm[[step, pick]] = perm[[pick, step]]
+        # Householder reflection zeroing column `step` below the diagonal
+        x = work[step:, step]
+        alpha = -np.copysign(np.linalg.norm(x), x[0])
+        v = x.copy()
+        v[0] -= alpha
+        vnorm = np.linalg.norm(v)
+        if vnorm > 0:
+            v /= vnorm
+            work[step:, step:] -= 2.0 * np.outer(v, v @ work[step:, step:])
+        work[step + 1:, step] = 0.0
+        rank = step + 1
+    return work, perm, rank
+
+
 def base_parameters(regressor: np.ndarray, column_names, tol: float | None = None) -> BaseParameters:
     """Base parameters of ``regressor`` (rows, p), columns named by ``column_names`` (p,).
 
     ``tol`` is the relative threshold on |R_kk| / |R_00| below which a pivot counts as
     zero (default: p * machine epsilon * 1e3, robust to round-off on well-scaled data).
+    Each group is represented by its preferred column (see ``preference``).
     Pass a regressor built from random, well-spread states so that rank deficiencies
     are structural, not accidents of one trajectory.
     """
@@ -69,10 +128,9 @@ def base_parameters(regressor: np.ndarray, column_names, tol: float | None = Non
     scale = np.linalg.norm(regressor, axis=0)
     nonzero = scale > ZERO_COLUMN * scale.max()
     scaled = regressor[:, nonzero] / scale[nonzero]
-    _, r_mat, perm = scipy.linalg.qr(scaled, mode="economic", pivoting=True)
-    diag = np.abs(np.diag(r_mat))
     tol = tol if tol is not None else max(rows, p) * np.finfo(float).eps * 1e3
-    rank = int(np.sum(diag > tol * diag[0])) if diag.size and diag[0] > 0 else 0
+    classes = np.array([preference(column_names[i]) for i in np.flatnonzero(nonzero)])
+    r_mat, perm, rank = _pivoted_qr(scaled, classes, tol)
     if rank == 0:
         raise IdentificationError("the regressor is zero: the data do not excite any parameter")
     cols = np.flatnonzero(nonzero)[perm]

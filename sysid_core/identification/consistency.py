@@ -5,8 +5,13 @@ positive definite (inertia.py). The consistent solution minimises
 
     f(theta) = |S^-1 (P theta - beta)|^2 + |(theta - theta_nominal) / prior_scale|^2
 
-over theta with every J_i positive definite and every sign-constrained joint term
-(friction, armature) non-negative. S S^T is the covariance of the base estimate beta, so deviating by one
+over theta with every J_i - F_i positive definite and every sign-constrained joint term
+(friction, armature) non-negative. The floor F_i (``realisable_floor``) keeps a margin:
+the part of the body a model file holds (the identified body less the welded bodies that
+keep their own inertials) stays a real body with at least MARGIN of the nominal body's mass
+and second moments, so MuJoCo's compiler, which rejects a body on the boundary (principal
+moments with A + B < C by any amount, or an eigenvalue below 1e-14), accepts every written
+model with room to spare for the ten significant digits it is written with. S S^T is the covariance of the base estimate beta, so deviating by one
 standard deviation costs one unit: well-determined combinations follow the data and only
 the directions the data leave free follow the weak nominal prior. f is a strictly convex
 quadratic and the feasible set is convex, so a log-det barrier with Newton steps
@@ -23,16 +28,42 @@ from ..errors import IdentificationError
 
 LENGTH_SCALE = 0.1  # m: the size of a link, to scale first moments and inertias of the prior
 RELATIVE_FLOOR = 1e-6  # smallest relative standard deviation granted to a base parameter
+# Margin of the consistent set, relative to the nominal body: a real link's second moment about
+# its thinnest axis is some 1e-3 of the mean (a plate 3 % as thick as it is wide), so 1e-5 leaves
+# every real body feasible while its A + B - C stays a 1e-5 fraction of C, far above round-off.
+MARGIN = 1e-5
 _BASIS = pseudo_inertia(np.eye(10))  # (10, 4, 4): dJ / dtheta_k
 
 
-def nearest_consistent(theta: np.ndarray, margin: float = 1e-6) -> np.ndarray:
-    """theta (nb, 10) with each pseudo-inertia's eigenvalues raised to at least ``margin``
-    times its largest (and 1e-12, for a body of all zeros): the nearest realisable bodies
-    in the Frobenius norm of J."""
-    eigval, eigvec = np.linalg.eigh(pseudo_inertia(np.atleast_2d(theta)))
-    floor = np.maximum(margin * np.max(np.abs(eigval), axis=1, keepdims=True), 1e-12)
-    return from_pseudo_inertia((eigvec * np.maximum(eigval, floor)[:, None, :]) @ np.swapaxes(eigvec, 1, 2))
+def nearest_consistent(theta: np.ndarray, margin: float = 1e-6, floor: np.ndarray | None = None) -> np.ndarray:
+    """theta (nb, 10) with the eigenvalues of each J - F (pseudo-inertia less ``floor`` (nb, 4, 4),
+    default 0) raised to at least ``margin`` times its largest (and 1e-12, for a body of all
+    zeros): the nearest bodies above the floor in the Frobenius norm of J."""
+    theta = np.atleast_2d(theta)
+    floor = np.zeros((len(theta), 4, 4)) if floor is None else floor
+    eigval, eigvec = np.linalg.eigh(pseudo_inertia(theta) - floor)
+    least = np.maximum(margin * np.max(np.abs(eigval), axis=1, keepdims=True), 1e-12)
+    return from_pseudo_inertia(floor + (eigvec * np.maximum(eigval, least)[:, None, :]) @ np.swapaxes(eigvec, 1, 2))
+
+
+def realisable_floor(nominal_bodies: np.ndarray, welded_bodies: np.ndarray | None = None,
+                     margin: float = MARGIN) -> np.ndarray:
+    """F (nb, 4, 4): the pseudo-inertia a body's J must exceed to keep its written part real.
+
+    ``nominal_bodies`` (nb, 10) the model's bodies (welded ones merged) set the scale: margin
+    times diag(s, s, s, m) with m the nominal mass and s its mean second moment about the centre
+    of mass (tr I_c / 6); ``welded_bodies`` (nb, 10) the welded bodies each moving body carries,
+    which keep their own inertials in a written model (default none).
+    """
+    nominal = np.atleast_2d(np.asarray(nominal_bodies, dtype=float))
+    mass = np.maximum(nominal[:, 0], 1e-12)
+    sigma = pseudo_inertia(nominal)[:, :3, :3] - np.einsum("bi,bj->bij", nominal[:, 1:4], nominal[:, 1:4]) \
+        / mass[:, None, None]
+    second = np.maximum(np.trace(sigma, axis1=1, axis2=2) / 3.0, 1e-12 * mass)
+    floor = margin * np.einsum("bi,ij->bij", np.column_stack([second, second, second, mass]), np.eye(4))
+    if welded_bodies is not None:
+        floor = floor + pseudo_inertia(np.atleast_2d(welded_bodies))
+    return floor
 
 
 def prior_scale(nominal_bodies: np.ndarray, nominal_joint: np.ndarray) -> np.ndarray:
@@ -43,14 +74,30 @@ def prior_scale(nominal_bodies: np.ndarray, nominal_joint: np.ndarray) -> np.nda
     return np.concatenate([per_body.reshape(-1), joint])
 
 
-def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray):
-    """-sum log det J_i - sum log x_j (x_j: the sign-constrained joint terms, ``signed`` (k,)
-    bool) with gradient and Hessian; None outside the domain."""
+def _whitening(beta: np.ndarray, covariance: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of the base estimate's covariance, its uncertainty floored at a
+    millionth: noise-free data would otherwise give standard deviations of ~1e-15 and Newton
+    systems too ill-conditioned to solve accurately."""
+    magnitude = np.maximum(np.abs(beta), 1e-6 * float(np.max(np.abs(beta))))
+    return scipy.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2), lower=True)
+
+
+def consistency_distance(projection: np.ndarray, beta: np.ndarray, covariance: np.ndarray,
+                         theta: np.ndarray) -> float:
+    """How far the base parameters of ``theta`` (p,) lie from the estimate ``beta`` (r,), in its
+    standard deviations (the Mahalanobis distance in the metric consistent_parameters uses)."""
+    gap = scipy.linalg.solve_triangular(_whitening(beta, covariance), projection @ theta - beta, lower=True)
+    return float(np.linalg.norm(gap))
+
+
+def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray, floor: np.ndarray):
+    """-sum log det (J_i - F_i) - sum log x_j (x_j: the sign-constrained joint terms, ``signed``
+    (k,) bool; F_i ``floor``) with gradient and Hessian; None outside the domain."""
     bodies = theta[:10 * n_bodies].reshape(n_bodies, 10)
     joint = theta[10 * n_bodies:]
     # unconstrained terms (offsets) enter as 1: log 1 = 0, and their derivatives are zeroed
     x = np.where(signed, joint, 1.0)
-    pseudo = pseudo_inertia(bodies)
+    pseudo = pseudo_inertia(bodies) - floor
     chol_ok = np.all(np.linalg.eigvalsh(pseudo)[:, 0] > 0) and np.all(x > 0)
     if not chol_ok:
         return None
@@ -66,16 +113,17 @@ def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray):
 
 def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: np.ndarray,
                           nominal: np.ndarray, n_bodies: int, tolerance: float = 1e-10,
-                          nonnegative: np.ndarray | None = None) -> np.ndarray:
+                          nonnegative: np.ndarray | None = None, floor: np.ndarray | None = None) -> np.ndarray:
     """Standard parameters (p,) closest to the data, physically consistent.
 
     ``projection`` (r, p) maps standard to base parameters; ``beta`` (r,) and ``covariance``
     (r, r) are the base estimate; ``nominal`` (p,) the model's parameters, whose first
     10 * n_bodies entries are bodies and the rest joint terms. ``nonnegative`` (p - 10
     n_bodies,) bool marks the joint terms that cannot be negative (friction, armature; not
-    a torque offset); default all. Bodies come out strictly realisable, those joint terms
-    strictly positive (a term the data put at zero comes out within ``tolerance`` of it,
-    relative).
+    a torque offset); default all. ``floor`` (n_bodies, 4, 4) the pseudo-inertia each body must
+    exceed (``realisable_floor``; default that of the nominal bodies without welded parts).
+    Bodies come out strictly above their floor, those joint terms strictly positive (a term
+    the data put at zero comes out within ``tolerance`` of it, relative).
     """
     n_inertial = 10 * n_bodies
     signed = np.ones(len(nominal) - n_inertial, dtype=bool) if nonnegative is None \
@@ -83,11 +131,9 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
     if signed.shape != (len(nominal) - n_inertial,):
         raise ValueError(f"nonnegative has shape {signed.shape}, expected ({len(nominal) - n_inertial},)")
     nominal_bodies = nominal[:n_inertial].reshape(n_bodies, 10)
+    floor = realisable_floor(nominal_bodies) if floor is None else np.asarray(floor, dtype=float)
     scale = prior_scale(nominal_bodies, nominal[n_inertial:])
-    # floor the uncertainty at a millionth: noise-free data would otherwise give standard
-    # deviations of ~1e-15 and Newton systems too ill-conditioned to solve accurately
-    magnitude = np.maximum(np.abs(beta), 1e-6 * float(np.max(np.abs(beta))))
-    whiten = scipy.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2), lower=True)
+    whiten = _whitening(beta, covariance)
     a = np.vstack([scipy.linalg.solve_triangular(whiten, projection, lower=True), np.diag(1.0 / scale)])
     b = np.concatenate([scipy.linalg.solve_triangular(whiten, beta, lower=True), nominal / scale])
     gram, rhs = a.T @ a, a.T @ b
@@ -99,13 +145,13 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
     # strictly feasible start near the data: the unconstrained solution nearest the
     # nominal model, each body nudged inside the cone, joint terms made positive
     theta = nominal + np.linalg.pinv(projection) @ (beta - projection @ nominal)
-    theta[:n_inertial] = nearest_consistent(theta[:n_inertial].reshape(n_bodies, 10), 1e-3).reshape(-1)
+    theta[:n_inertial] = nearest_consistent(theta[:n_inertial].reshape(n_bodies, 10), 1e-3, floor).reshape(-1)
     theta[n_inertial:] = np.where(signed, np.maximum(theta[n_inertial:], 1e-3 * scale[n_inertial:]),
                                   theta[n_inertial:])
     mu = max(objective(theta), 1.0) / len(theta)
     while True:
         for _ in range(100):  # Newton on f + mu * barrier
-            value, grad_b, hess_b = _barrier(theta, n_bodies, signed)
+            value, grad_b, hess_b = _barrier(theta, n_bodies, signed, floor)
             grad = 2.0 * (gram @ theta - rhs) + mu * grad_b
             hess = 2.0 * gram + mu * hess_b
             d = 1.0 / np.sqrt(np.diag(hess))  # Jacobi scaling: the data weights span many decades
@@ -117,7 +163,7 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
             t = 1.0
             while t > 1e-12:  # backtrack: stay inside the domain and decrease
                 trial = theta + t * step
-                barrier = _barrier(trial, n_bodies, signed)
+                barrier = _barrier(trial, n_bodies, signed, floor)
                 if barrier is not None and objective(trial) + mu * barrier[0] <= current - 0.25 * t * decrement:
                     break
                 t *= 0.5

@@ -1,14 +1,21 @@
 """Linear estimators of base parameters from joint-torque data.
 
-All estimators take the base regressor W (N, n, r) (N samples, n joints, r base
-parameters) and the torques y (N, n) they should explain. Weighting is per joint
-and kept diagonal: rows are scaled in place, never an N x N matrix.
+The data are the base regressor W (N, n, r) (N samples, n joints, r base parameters) and the
+torques y (N, n) they should explain, given whole (``estimate``) or in blocks of samples
+(``ReducedForm``, ``estimate_reduced``): every estimator works on the reduced form, for each
+joint the triangle of a QR factorisation of its rows [W_j | y_j], accumulated block by block
+in O(n r^2) memory whatever N. An orthogonal factorisation keeps the accuracy of a solve on
+the stacked matrix (normal equations would square its condition number). Weighting is per
+joint (Gautier's WLS: scale joint j's triangle) or per equation (Huber IRLS: rows scaled as
+they are added, one pass over the data per reweighting), never an N x N matrix.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import numpy as np
+import scipy.linalg
 
 from ..errors import IdentificationError
 
@@ -42,82 +49,194 @@ class Estimate:
             return 100.0 * self.std / np.abs(self.values)
 
 
-def _flat(regressor: np.ndarray, torque: np.ndarray):
-    num, n, r = regressor.shape
-    if torque.shape != (num, n):
-        raise ValueError(f"torque shape {torque.shape} does not match regressor {regressor.shape}")
-    if num * n <= r:
-        raise IdentificationError(f"{num * n} torque equations cannot determine {r} parameters: record more samples")
-    return regressor.reshape(num * n, r), torque.reshape(num * n)
+def _r_factor(matrix: np.ndarray) -> np.ndarray:
+    """The R factor (min(m, k), k) of a Householder QR of ``matrix`` (m, k), Fortran-ordered,
+    which LAPACK overwrites (no copy of a tall block)."""
+    geqrf, = scipy.linalg.get_lapack_funcs(("geqrf",), (matrix,))
+    factored, _, _, info = geqrf(matrix, overwrite_a=True)
+    if info != 0:
+        raise ValueError(f"QR factorisation failed (LAPACK geqrf info {info})")
+    return np.triu(factored[:min(matrix.shape)])
 
 
-def _ols(w: np.ndarray, y: np.ndarray):
-    """Least squares by SVD on unit-norm columns: returns values (r,) and (W^T W)^-1 (r, r).
+Blocks = Callable[[], Iterable[tuple]]  # () -> iterator of (W (B, n, r), y (B, n)), the data in order
 
-    Scaling makes the rank decision independent of units; the SVD gives the inverse Gram
-    matrix without forming W^T W, which would square the condition number.
+
+@dataclass(frozen=True, eq=False)
+class ReducedForm:
+    """What the estimators need of W (N, n, r) and y (N, n), in memory independent of N.
+
+    For every joint j, ``triangles[j]`` (k_j, c_j + 1) is the R factor of a QR factorisation
+    of [W_j[:, support_j] | y_j], W_j (N, r) the rows of joint j and ``supports[j]`` (c_j,)
+    the columns not identically zero in them (on a serial arm joint j sees only the bodies
+    after it and its own friction, so the factorisations are several times cheaper than on
+    all r columns). Orthogonality gives, exactly up to round-off, W_j^T W_j, W_j^T y_j and
+    |y_j - W_j b|^2 for any b. ``n_samples`` N; ``n_params`` r.
     """
-    norms = np.linalg.norm(w, axis=0)
+
+    supports: tuple
+    triangles: tuple
+    n_samples: int
+    n_params: int
+
+    @classmethod
+    def empty(cls, n_joints: int, n_params: int) -> "ReducedForm":
+        return cls(tuple(np.zeros(0, dtype=int) for _ in range(n_joints)),
+                   tuple(np.zeros((0, 1)) for _ in range(n_joints)), 0, int(n_params))
+
+    @classmethod
+    def of(cls, blocks: Iterable[tuple], n_joints: int, n_params: int) -> "ReducedForm":
+        """The reduced form of the blocks (W (B, n, r), y (B, n)) of an iterable."""
+        reduced = cls.empty(n_joints, n_params)
+        for regressor, torque in blocks:
+            reduced = reduced.add(regressor, torque)
+        return reduced
+
+    def add(self, regressor: np.ndarray, torque: np.ndarray, root: np.ndarray | None = None) -> "ReducedForm":
+        """This reduced form with the B samples W (B, n, r), y (B, n) appended; ``root`` (B, n)
+        scales each equation (row) first (the square root of its weight)."""
+        regressor, torque = np.asarray(regressor, dtype=float), np.asarray(torque, dtype=float)
+        num, n = torque.shape if torque.ndim == 2 else (-1, -1)
+        if regressor.shape != (num, n, self.n_params) or n != len(self.triangles):
+            raise ValueError(f"regressor {regressor.shape} and torque {torque.shape} do not match "
+                             f"{len(self.triangles)} joints and {self.n_params} parameters")
+        supports, triangles = [], []
+        for j, (support, triangle) in enumerate(zip(self.supports, self.triangles)):
+            rows = regressor[:, j, :]
+            grown = np.union1d(support, np.flatnonzero(np.any(rows != 0.0, axis=0)))
+            width = grown.size + 1
+            # old triangle (its columns placed in the grown support) on top of the new rows,
+            # in Fortran order for LAPACK to factorise in place
+            stack = np.empty((triangle.shape[0] + num, width), order="F")
+            stack[:triangle.shape[0]] = 0.0
+            stack[:triangle.shape[0], np.searchsorted(grown, support)] = triangle[:, :-1]
+            stack[:triangle.shape[0], -1] = triangle[:, -1]
+            stack[triangle.shape[0]:, :-1] = rows[:, grown]
+            stack[triangle.shape[0]:, -1] = torque[:, j]
+            if root is not None:
+                stack[triangle.shape[0]:] *= root[:, j, None]
+            triangles.append(_r_factor(stack))
+            supports.append(grown)
+        return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + num, self.n_params)
+
+    def stacked(self, scale: np.ndarray | None = None) -> np.ndarray:
+        """Every joint's triangle over all r columns and y, stacked (rows, r + 1); joint j's
+        rows divided by ``scale[j]`` (n,) when given (Gautier's per-joint weights)."""
+        blocks = []
+        for j, (support, triangle) in enumerate(zip(self.supports, self.triangles)):
+            full = np.zeros((triangle.shape[0], self.n_params + 1))
+            full[:, support] = triangle[:, :-1]
+            full[:, -1] = triangle[:, -1]
+            blocks.append(full if scale is None else full / scale[j])
+        return np.vstack(blocks)
+
+    def residual_sums(self, values: np.ndarray) -> np.ndarray:
+        """|y_j - W_j values|^2 for every joint (n,), from the triangles alone."""
+        values = np.asarray(values, dtype=float)
+        return np.array([float(np.sum((t[:, :-1] @ values[s] - t[:, -1]) ** 2))
+                         for s, t in zip(self.supports, self.triangles)])
+
+    def check_determined(self) -> None:
+        """IdentificationError unless there are more equations (N n) than parameters (r)."""
+        equations = self.n_samples * len(self.triangles)
+        if equations <= self.n_params:
+            raise IdentificationError(f"{equations} torque equations cannot determine {self.n_params} "
+                                      "parameters: record more samples")
+
+
+def triangle(stacked: np.ndarray) -> np.ndarray:
+    """The R factor (r + 1, r + 1) of stacked rows [W | y] (m, r + 1): W = Q R[:r, :r], Q^T y =
+    R[:r, r], and R[r, r]^2 the residual sum of squares of the least-squares fit (zero-padded
+    when m < r + 1)."""
+    r_mat = _r_factor(np.array(stacked, dtype=float, order="F"))
+    out = np.zeros((stacked.shape[1], stacked.shape[1]))
+    out[:r_mat.shape[0]] = r_mat
+    return out
+
+
+def condition_numbers(r_mat: np.ndarray) -> tuple[float, float]:
+    """(unit-scaled, raw) condition numbers of a regressor W from its R factor (r, r) (W = Q R:
+    same singular values, same column norms)."""
+    sing = np.linalg.svd(r_mat, compute_uv=False)
+    norms = np.linalg.norm(r_mat, axis=0)
+    sing_scaled = np.linalg.svd(r_mat / np.where(norms > 0, norms, 1.0), compute_uv=False)
+    ratio = (lambda s: float(s[0] / s[-1]) if s[-1] > 0 else float("inf"))
+    return ratio(sing_scaled), ratio(sing)
+
+
+def _ols(stacked: np.ndarray):
+    """Least squares on stacked rows [W | y] (m, r + 1) by QR, then SVD of R on unit-norm
+    columns: values (r,), (W^T W)^-1 (r, r) and the residual sum of squares.
+
+    Scaling makes the rank decision independent of units; the SVD of R (W's singular values)
+    gives the inverse Gram matrix without forming W^T W, which would square the condition number.
+    """
+    r = stacked.shape[1] - 1
+    full = triangle(stacked)
+    r11, qty = full[:r, :r], full[:r, r]
+    norms = np.linalg.norm(r11, axis=0)
     norms[norms == 0.0] = 1.0
-    u, s, vt = np.linalg.svd(w / norms, full_matrices=False)
+    u, s, vt = np.linalg.svd(r11 / norms)
     rank = int(np.sum(s > RANK_TOLERANCE * s[0])) if s[0] > 0 else 0
-    if rank < w.shape[1]:
+    if rank < r:
         raise IdentificationError(
-            f"the regressor has rank {rank} < {w.shape[1]} base parameters on this data: "
+            f"the regressor has rank {rank} < {r} base parameters on this data: "
             "the trajectory does not excite every base parameter (longer or richer excitation needed)")
-    values = (vt.T @ ((u.T @ y) / s)) / norms
+    values = (vt.T @ ((u.T @ qty) / s)) / norms
     inv_gram = ((vt.T / s**2) @ vt) / np.outer(norms, norms)
-    return values, inv_gram
+    return values, inv_gram, float(full[r, r] ** 2)
 
 
-def _residual_std(regressor, torque, values, dof) -> np.ndarray:
-    residual = torque - regressor @ values
-    num = torque.shape[0]
-    return np.sqrt(np.sum(residual**2, axis=0) / max(num - dof, 1))
+def _per_joint_std(reduced: ReducedForm, values: np.ndarray) -> np.ndarray:
+    """Per-joint residual standard deviation (n,), each joint charged r / n degrees of freedom."""
+    dof = reduced.n_params / len(reduced.triangles)
+    return np.sqrt(reduced.residual_sums(values) / max(reduced.n_samples - dof, 1))
 
 
-def least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimate:
+def _variance_of(reduced: ReducedForm, rss: float) -> float:
+    return rss / (reduced.n_samples * len(reduced.triangles) - reduced.n_params)
+
+
+def least_squares_reduced(reduced: ReducedForm) -> Estimate:
     """Ordinary least squares; covariance sigma^2 (W^T W)^-1 with one pooled sigma."""
-    w, y = _flat(regressor, torque)
-    values, inv_gram = _ols(w, y)
-    residual = y - w @ values
-    sigma2 = residual @ residual / (w.shape[0] - w.shape[1])
-    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
-    return Estimate(values, sigma2 * inv_gram, per_joint, "ols")
+    reduced.check_determined()
+    values, inv_gram, rss = _ols(reduced.stacked())
+    return Estimate(values, _variance_of(reduced, rss) * inv_gram, _per_joint_std(reduced, values), "ols")
 
 
-def ridge(regressor: np.ndarray, torque: np.ndarray, alpha: float = 1e-6) -> Estimate:
+def ridge_reduced(reduced: ReducedForm, alpha: float = 1e-6) -> Estimate:
     """Tikhonov-regularised least squares, penalty alpha * mean(diag(W^T W)) * |beta|^2.
 
     The penalty is relative to the data so one alpha fits any scale. Covariance is the
     sandwich sigma^2 A^-1 W^T W A^-1 with A = W^T W + lambda E.
     """
-    w, y = _flat(regressor, torque)
-    gram = w.T @ w
-    lam = alpha * float(np.mean(np.diag(gram)))
-    a_inv = np.linalg.inv(gram + lam * np.eye(gram.shape[0]))
-    values = a_inv @ (w.T @ y)
-    residual = y - w @ values
-    sigma2 = residual @ residual / (w.shape[0] - w.shape[1])
-    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
-    return Estimate(values, sigma2 * a_inv @ gram @ a_inv, per_joint, "ridge")
+    reduced.check_determined()
+    r = reduced.n_params
+    full = triangle(reduced.stacked())
+    r11, qty = full[:r, :r], full[:r, r]
+    gram = r11.T @ r11
+    lam = alpha * float(np.mean(np.sum(r11**2, axis=0)))
+    # A = S^T S from the QR of [R; sqrt(lambda) E]: the solve never forms A
+    s_mat = triangle(np.vstack([np.hstack([r11, qty[:, None]]),
+                                np.hstack([np.sqrt(lam) * np.eye(r), np.zeros((r, 1))])]))
+    values = scipy.linalg.solve_triangular(s_mat[:r, :r], s_mat[:r, r])
+    s_inv = scipy.linalg.solve_triangular(s_mat[:r, :r], np.eye(r))
+    a_inv = s_inv @ s_inv.T
+    sigma2 = _variance_of(reduced, float(np.sum(reduced.residual_sums(values))))
+    return Estimate(values, sigma2 * a_inv @ gram @ a_inv, _per_joint_std(reduced, values), "ridge")
 
 
-def weighted_least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimate:
+def weighted_least_squares_reduced(reduced: ReducedForm) -> Estimate:
     """Gautier's weighted least squares: each joint's rows weighted by 1/sigma_j.
 
     sigma_j is the residual standard deviation of joint j after an OLS fit; the
     weighted problem then has unit noise, so its covariance is (W^T Sigma^-1 W)^-1.
     """
-    first = least_squares(regressor, torque)
+    first = least_squares_reduced(reduced)
     sigma = np.maximum(first.residual_std, 1e-12 * max(float(np.max(first.residual_std)), 1e-300))
-    w, y = _flat(regressor / sigma[None, :, None], torque / sigma[None, :])
-    values, inv_gram = _ols(w, y)
-    residual = y - w @ values
+    values, inv_gram, rss = _ols(reduced.stacked(sigma))
     # scale by the weighted residual variance (1 when the sigma_j are right)
-    scale = residual @ residual / (w.shape[0] - w.shape[1])
-    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
-    return Estimate(values, scale * inv_gram, per_joint, "wls")
+    return Estimate(values, _variance_of(reduced, rss) * inv_gram, _per_joint_std(reduced, values), "wls")
 
 
 def _mad_scale(residual: np.ndarray) -> np.ndarray:
@@ -127,49 +246,122 @@ def _mad_scale(residual: np.ndarray) -> np.ndarray:
     return np.maximum(scale, 1e-12 * max(float(np.max(scale)), 1e-300))
 
 
-def robust_least_squares(regressor: np.ndarray, torque: np.ndarray, iterations: int = 50,
-                         tolerance: float = 1e-9) -> Estimate:
+def robust_least_squares_reduced(reduced: ReducedForm, blocks: Blocks, iterations: int = 50,
+                                 tolerance: float = 1e-9) -> Estimate:
     """Huber M-estimate by iteratively reweighted least squares, per-joint scaled like WLS.
 
     Every equation (sample, joint) gets the weight min(1, HUBER_K / |r / s_j|), r its residual
     and s_j the joint's robust noise scale (1.4826 MAD); weights are one value per equation,
-    applied by scaling rows, so memory stays linear in N. Gaussian noise loses ~5 % efficiency;
-    a spike (a CAN glitch, a collision, a sensor dropout) pulls the fit with a bounded
-    weight instead of its square. Covariance: that of the last weighted solve, scaled by its
-    residual variance.
+    applied by scaling rows. Gaussian noise loses ~5 % efficiency; a spike (a CAN glitch, a
+    collision, a sensor dropout) pulls the fit with a bounded weight instead of its square.
+    Covariance: that of the last weighted solve, scaled by its residual variance.
+
+    ``reduced`` is the unweighted reduced form of the data that ``blocks()`` yields again at
+    every reweighting: two passes each (the residuals, kept (N, n) for their exact median;
+    then the weighted reduced form), so memory grows by one torque-sized array.
     """
-    values = least_squares(regressor, torque).values
-    weights = np.ones(torque.shape)
+    values = least_squares_reduced(reduced).values
+    n, r = len(reduced.triangles), reduced.n_params
+    residual = np.empty((reduced.n_samples, n))
     for _ in range(iterations):
-        residual = torque - regressor @ values
+        at = 0
+        for regressor, torque in blocks():
+            residual[at:at + len(torque)] = torque - regressor @ values
+            at += len(torque)
         scale = _mad_scale(residual)
-        z = np.abs(residual / scale)
-        weights = np.minimum(1.0, HUBER_K / np.maximum(z, 1e-300))
-        root = np.sqrt(weights) / scale
-        w, y = _flat(regressor * root[..., None], torque * root)
-        new, inv_gram = _ols(w, y)
+        weighted, at = ReducedForm.empty(n, r), 0
+        for regressor, torque in blocks():
+            z = np.abs(residual[at:at + len(torque)] / scale)
+            root = np.sqrt(np.minimum(1.0, HUBER_K / np.maximum(z, 1e-300))) / scale
+            weighted = weighted.add(regressor, torque, root)
+            at += len(torque)
+        new, inv_gram, rss = _ols(weighted.stacked())
         step = np.max(np.abs(new - values) / np.maximum(np.abs(new), 1e-300))
         values = new
         if step < tolerance:
             break
-    residual = y - w @ values
-    variance = residual @ residual / (w.shape[0] - w.shape[1])
-    per_joint = _residual_std(regressor, torque, values, w.shape[1] / torque.shape[1])
-    return Estimate(values, variance * inv_gram, per_joint, "irls")
+    return Estimate(values, _variance_of(reduced, rss) * inv_gram, _per_joint_std(reduced, values), "irls")
 
 
-def estimate(regressor: np.ndarray, torque: np.ndarray, method: str = "wls", ridge_alpha: float = 1e-6,
-             robust: bool = False) -> Estimate:
-    """Dispatch to the estimator named ``method`` (one of ESTIMATORS); ``robust`` replaces it by
-    ``robust_least_squares`` (which weights per joint like wls; not combinable with ridge)."""
+def least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimate:
+    """Ordinary least squares on W (N, n, r), y (N, n) (``least_squares_reduced``)."""
+    return least_squares_reduced(_reduced(regressor, torque))
+
+
+def ridge(regressor: np.ndarray, torque: np.ndarray, alpha: float = 1e-6) -> Estimate:
+    """Ridge on W (N, n, r), y (N, n) (``ridge_reduced``)."""
+    return ridge_reduced(_reduced(regressor, torque), alpha)
+
+
+def weighted_least_squares(regressor: np.ndarray, torque: np.ndarray) -> Estimate:
+    """Gautier's WLS on W (N, n, r), y (N, n) (``weighted_least_squares_reduced``)."""
+    return weighted_least_squares_reduced(_reduced(regressor, torque))
+
+
+def robust_least_squares(regressor: np.ndarray, torque: np.ndarray, iterations: int = 50,
+                         tolerance: float = 1e-9) -> Estimate:
+    """Huber IRLS on W (N, n, r), y (N, n) (``robust_least_squares_reduced``)."""
+    return robust_least_squares_reduced(_reduced(regressor, torque), lambda: [(regressor, torque)],
+                                        iterations, tolerance)
+
+
+def _reduced(regressor: np.ndarray, torque: np.ndarray) -> ReducedForm:
+    regressor, torque = np.asarray(regressor, dtype=float), np.asarray(torque, dtype=float)
+    if regressor.ndim != 3 or torque.shape != regressor.shape[:2]:
+        raise ValueError(f"torque shape {torque.shape} does not match regressor {regressor.shape}")
+    return ReducedForm.empty(regressor.shape[1], regressor.shape[2]).add(regressor, torque)
+
+
+def correlation_time(residual: np.ndarray) -> float:
+    """How many consecutive samples of ``residual`` (N, n) carry one sample's worth of
+    information: 1 + 2 sum_k rho(k), rho the residual's autocorrelation per joint summed over
+    its initial positive run (Geyer's initial positive sequence), averaged over the joints.
+
+    The estimators' covariances assume independent equations; low-pass filtered data (10 Hz
+    of 1 kHz: about 50 samples per independent one) and smooth model errors are not, so their
+    standard deviations are too small by the square root of this factor.
+    """
+    residual = np.asarray(residual, dtype=float)
+    num = residual.shape[0]
+    if num < 4:
+        return 1.0
+    centred = residual - residual.mean(axis=0)
+    size = 1 << int(np.ceil(np.log2(2 * num)))
+    spectrum = np.fft.rfft(centred, n=size, axis=0)
+    acf = np.fft.irfft(np.abs(spectrum) ** 2, n=size, axis=0)[:num]
+    times = []
+    for j in range(residual.shape[1]):
+        if acf[0, j] <= 0:
+            continue
+        rho = acf[1:, j] / acf[0, j]
+        stop = np.flatnonzero(rho <= 0)
+        run = rho[:stop[0]] if stop.size else rho
+        times.append(1.0 + 2.0 * float(np.sum(run)))
+    return float(np.mean(times)) if times else 1.0
+
+
+def estimate_reduced(reduced: ReducedForm, method: str = "wls", ridge_alpha: float = 1e-6, robust: bool = False,
+                     blocks: Blocks | None = None) -> Estimate:
+    """The estimator named ``method`` (one of ESTIMATORS) on a reduced form; ``robust`` replaces
+    it by ``robust_least_squares_reduced`` (which weights per joint like wls; not combinable with
+    ridge), which reads the data again from ``blocks``."""
     if method not in ESTIMATORS:
         raise ValueError(f"unknown estimator '{method}'; choose one of {ESTIMATORS}")
     if robust:
         if method == "ridge":
             raise ValueError("robust weighting is not available with the ridge estimator")
-        return robust_least_squares(regressor, torque)
+        if blocks is None:
+            raise ValueError("robust weighting reads the data again: pass its blocks")
+        return robust_least_squares_reduced(reduced, blocks)
     if method == "ols":
-        return least_squares(regressor, torque)
+        return least_squares_reduced(reduced)
     if method == "ridge":
-        return ridge(regressor, torque, ridge_alpha)
-    return weighted_least_squares(regressor, torque)
+        return ridge_reduced(reduced, ridge_alpha)
+    return weighted_least_squares_reduced(reduced)
+
+
+def estimate(regressor: np.ndarray, torque: np.ndarray, method: str = "wls", ridge_alpha: float = 1e-6,
+             robust: bool = False) -> Estimate:
+    """``estimate_reduced`` on the whole W (N, n, r) and y (N, n) at once."""
+    return estimate_reduced(_reduced(regressor, torque), method, ridge_alpha, robust,
+                            lambda: [(regressor, torque)])

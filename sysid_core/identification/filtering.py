@@ -23,6 +23,9 @@ UNIFORM_TOLERANCE = 0.01
 # jitter of a driver stays well below it; a longer hole is lost data (a dropped connection,
 # a stalled process), which interpolation would only paper over.
 MAX_GAP_PERIODS = 5.0
+# Most rows of one block of prepared_blocks: about 3.7 MB per signal of a 7-joint arm, and the
+# filter's margins (filter_margin, ~1600 samples at 10 Hz of 1 kHz) cost a few per cent of it.
+FILTER_BLOCK = 65536
 
 
 @dataclass(frozen=True)
@@ -153,25 +156,173 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
                      recording.joint_names, interpolate(recording.ddq))
 
 
-def _filtered(recording: Recording, config: FilterConfig) -> Recording | None:
-    """One uniformly sampled stretch through the filters, trimmed and decimated; None when too short."""
-    fs = uniform_sample_rate(recording.time)
-    trim = int(round(config.trim_s * fs))
-    keep = slice(trim, recording.n_samples - trim, config.decimation)
-    if not len(range(recording.n_samples)[keep]):
-        return None
-    q, dq, tau = (np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau))
-    if recording.ddq is None:
-        smooth = (lambda x: lowpass(x, fs, config.cutoff_hz, config.order))
-        try:
-            q, tau = smooth(q), smooth(tau)
-        except DataError:  # shorter than the filter's edge padding
+def _zero_phase(x: np.ndarray, sos: np.ndarray, pad_before: int, pad_after: int) -> np.ndarray:
+    """Forward-backward ``sos`` filtering of x (N, ...) along axis 0, SciPy's ``sosfiltfilt`` with
+    odd-extension padding of ``pad_before`` and ``pad_after`` samples (0 at an edge inside a
+    longer signal, where the filter starts from its steady state and the window's margin
+    absorbs the transient)."""
+    parts = [x]
+    if pad_before:
+        parts.insert(0, 2.0 * x[0] - x[pad_before:0:-1])
+    if pad_after:
+        parts.append(2.0 * x[-1] - x[-2:-pad_after - 2:-1])
+    ext = np.concatenate(parts) if len(parts) > 1 else x
+    zi = signal.sosfilt_zi(sos).reshape((sos.shape[0], 2) + (1,) * (x.ndim - 1))
+    y, _ = signal.sosfilt(sos, ext, axis=0, zi=zi * ext[0])
+    y, _ = signal.sosfilt(sos, y[::-1], axis=0, zi=zi * y[-1])
+    return y[::-1][pad_before:y.shape[0] - pad_after]
+
+
+def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:
+    """Samples on each side of a block that its zero-phase filtering needs from the signal
+    around it for the result to equal filtering the whole signal at once: the filter's slowest
+    pole ``p`` decays to 1e-17 of its start in log(1e-17) / log|p| samples; twice that covers the
+    cascade of prepare's two filters, the derivative between them and a polynomial envelope."""
+    sos = _butterworth(sample_rate, cutoff_hz, order)
+    radius = max(float(np.max(np.abs(np.roots(section[3:])))) for section in sos)
+    return int(np.ceil(2.0 * np.log(1e-17) / np.log(radius))) + 8
+
+
+@dataclass(frozen=True, eq=False)
+class _Stretch:
+    """A stretch between gaps of lost samples, on its uniform grid: ``raw`` the recorded rows (a
+    view of the recording), ``grid`` (M,) s the grid's time stamps (None: the recorded stamps
+    are uniform and the rows are the grid), ``rate`` Hz the grid's sample rate."""
+
+    raw: Recording
+    grid: np.ndarray | None
+    rate: float
+
+    @property
+    def size(self) -> int:
+        return self.raw.n_samples if self.grid is None else self.grid.shape[0]
+
+
+def _stretches(recording: Recording, config: FilterConfig) -> list:
+    """The recording cut at its gaps of lost samples (with ``config.resample``), each on its grid."""
+    time = np.asarray(recording.time, dtype=float)
+    if not config.resample:
+        return [_Stretch(recording, None, uniform_sample_rate(time))]
+    period, _ = _spacing_error(time)
+    breaks = np.flatnonzero(np.diff(time) > MAX_GAP_PERIODS * period) + 1
+    edges = np.concatenate(([0], breaks, [time.size]))
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b - a < 2:
+            continue
+        raw = recording.rows(slice(a, b))
+        # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
+        # stretch's own median may be a little shorter, so its gap check must not apply again
+        own, reason = _spacing_error(raw.time)
+        if reason is None:
+            out.append(_Stretch(raw, None, uniform_sample_rate(raw.time)))
+        else:
+            grid = raw.time[0] + own * np.arange(int(np.floor((raw.time[-1] - raw.time[0]) / own + 1e-9)) + 1)
+            out.append(_Stretch(raw, grid, uniform_sample_rate(grid)))
+    return out
+
+
+def _grid_rows(stretch: _Stretch, start: int, stop: int) -> tuple:
+    """time, q, dq, tau, ddq (ddq None unless recorded) at the stretch's grid points [start, stop):
+    the recorded rows (views) on a uniform stretch, else linear interpolation between the
+    recorded samples around them (what ``resample_uniform`` gives at those points)."""
+    raw = stretch.raw
+    signals = (raw.q, raw.dq, raw.tau, raw.ddq)
+    if stretch.grid is None:
+        return (raw.time[start:stop],) + tuple(None if x is None else np.asarray(x)[start:stop] for x in signals)
+    grid = stretch.grid[start:stop]
+    time = np.asarray(raw.time, dtype=float)
+    lo = max(int(np.searchsorted(time, grid[0], side="right")) - 1, 0)
+    hi = min(int(np.searchsorted(time, grid[-1], side="left")) + 1, time.size)
+
+    def interpolate(x):
+        if x is None:
             return None
-        dq = derivative(q, fs) if config.velocity_from_position else smooth(dq)
-        ddq = smooth(derivative(dq, fs))
-    else:
-        ddq = np.asarray(recording.ddq, dtype=float)
-    return Recording(np.asarray(recording.time, dtype=float), q, dq, tau, recording.joint_names, ddq).rows(keep)
+        x = np.asarray(x, dtype=float)[lo:hi]
+        return np.stack([np.interp(grid, time[lo:hi], column) for column in x.T], axis=1)
+    return (grid,) + tuple(interpolate(x) for x in signals)
+
+
+def _padlen(config: FilterConfig) -> int:
+    """The edge padding of ``lowpass`` for this filter order (SciPy's default, fixed here)."""
+    return 3 * (2 * ((int(config.order) + 1) // 2) + 1)
+
+
+def _kept(stretch: _Stretch, config: FilterConfig) -> range:
+    """The grid points of ``stretch`` that become rows: ``trim_s`` dropped at each end, every
+    ``decimation``-th kept; none when the stretch is too short to filter."""
+    if stretch.raw.ddq is None and stretch.size <= _padlen(config):
+        return range(0)
+    trim = int(round(config.trim_s * stretch.rate))
+    return range(trim, stretch.size - trim, config.decimation)
+
+
+def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows: range, margin: int) -> tuple:
+    """time, q, dq, ddq, tau (each (len(rows), ...)) at the grid points ``rows`` (a range with
+    a step) of the stretch through the filters: the grid points [first - margin, last + margin]
+    are filtered, the true ends of the stretch padded like ``lowpass`` does, so the rows equal
+    those of filtering the whole stretch at once (to round-off: the margin outlasts every
+    transient)."""
+    first, stop = rows[0], rows[-1] + 1
+    a, b = max(0, first - margin), min(stretch.size, stop + margin)
+    time, q, dq, tau, ddq = _grid_rows(stretch, a, b)
+    if ddq is None:
+        sos = _butterworth(stretch.rate, config.cutoff_hz, config.order)
+        padlen = _padlen(config)
+        before, after = (padlen if a == 0 else 0), (padlen if b == stretch.size else 0)
+        smooth = (lambda x: _zero_phase(np.asarray(x, dtype=float), sos, before, after))
+        q, tau = smooth(q), smooth(tau)
+        dq = derivative(q, stretch.rate) if config.velocity_from_position else smooth(dq)
+        ddq = smooth(derivative(dq, stretch.rate))
+    pick = slice(first - a, stop - a, rows.step)
+    return tuple(np.asarray(x, dtype=float)[pick] for x in (time, q, dq, ddq, tau))
+
+
+def prepared_count(recording: Recording, config: FilterConfig = FilterConfig()) -> int:
+    """How many rows ``prepare`` returns for ``recording``, without filtering anything; DataError
+    (as prepare raises it) when fewer than MIN_SAMPLES remain or the stamps are unusable."""
+    stretches = _stretches(recording, config)
+    remaining = sum(len(_kept(s, config)) for s in stretches)
+    if remaining < MIN_SAMPLES:
+        where = "" if len(stretches) == 1 else f" in {len(stretches)} stretches between gaps of lost samples"
+        raise DataError(f"only {remaining} samples remain after trimming {config.trim_s} s at each end and "
+                        f"decimating by {config.decimation} ({recording.n_samples} recorded{where}); "
+                        f"at least {MIN_SAMPLES} are needed: record longer")
+    return remaining
+
+
+def prepared_sizes(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK) -> list:
+    """The number of rows of every block ``prepared_blocks`` yields, without filtering anything."""
+    return [min(block, len(kept) - start) for kept in (_kept(s, config) for s in _stretches(recording, config))
+            for start in range(0, len(kept), block)]
+
+
+def prepared_blocks(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK,
+                    select=None):
+    """``prepare``'s rows in order, as Recordings of at most ``block`` rows each (ddq filled,
+    ``quality_notes`` carried): what prepare returns, joined, without ever holding it whole.
+
+    Each block is filtered over its own stretch of the signal plus ``filter_margin`` samples on
+    each side, so memory is a few times ``block`` + margins rows, whatever the recording's
+    length, and a row equals prepare's to round-off. ``select`` (a container of block numbers,
+    counting from 0) yields only those blocks, and filters no other. Raises what
+    ``prepared_count`` raises.
+    """
+    if int(block) != block or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {block}")
+    prepared_count(recording, config)
+    number = -1
+    for stretch in _stretches(recording, config):
+        kept = _kept(stretch, config)
+        if not len(kept):
+            continue
+        margin = 0 if stretch.raw.ddq is not None else filter_margin(stretch.rate, config.cutoff_hz, config.order)
+        for start in range(0, len(kept), block):
+            number += 1
+            if select is not None and number not in select:
+                continue
+            time, q, dq, ddq, tau = _filtered_rows(stretch, config, kept[start:start + block], margin)
+            yield Recording(time, q, dq, tau, recording.joint_names, ddq, recording.quality_notes)
 
 
 def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Recording:
@@ -189,29 +340,12 @@ def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Reco
     on its own, and the stretches are joined (each row of the regression stands alone, so
     nothing ties neighbouring rows together). Stretches too short to filter are dropped.
     Without it, non-uniform stamps raise DataError. DataError too when fewer than
-    MIN_SAMPLES samples remain.
+    MIN_SAMPLES samples remain. ``quality_notes`` carried. The rows are those of
+    ``prepared_blocks``, joined (for long recordings, iterate over those instead).
     """
-    time = np.asarray(recording.time, dtype=float)
-    if not config.resample:
-        uniform_sample_rate(time)
-        stretches = [recording]
-    else:
-        period, _ = _spacing_error(time)
-        breaks = np.flatnonzero(np.diff(time) > MAX_GAP_PERIODS * period) + 1
-        edges = np.concatenate(([0], breaks, [time.size]))
-        stretches = [recording.rows(slice(a, b)) for a, b in zip(edges[:-1], edges[1:]) if b - a >= 2]
-        # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
-        # stretch's own median may be a little shorter, so its gap check must not apply again
-        stretches = [s if _spacing_error(s.time)[1] is None else resample_uniform(s, max_gap_periods=np.inf)
-                     for s in stretches]
-    pieces = [p for p in (_filtered(s, config) for s in stretches) if p is not None]
-    remaining = sum(p.n_samples for p in pieces)
-    where = "" if len(stretches) == 1 else f" in {len(stretches)} stretches between gaps of lost samples"
-    if remaining < MIN_SAMPLES:
-        raise DataError(f"only {remaining} samples remain after trimming {config.trim_s} s at each end and "
-                        f"decimating by {config.decimation} ({recording.n_samples} recorded{where}); "
-                        f"at least {MIN_SAMPLES} are needed: record longer")
-    if len(pieces) == 1:
-        return pieces[0]
-    join = (lambda field: np.ascontiguousarray(np.concatenate([getattr(p, field) for p in pieces])))
-    return Recording(join("time"), join("q"), join("dq"), join("tau"), recording.joint_names, join("ddq"))
+    blocks = list(prepared_blocks(recording, config))
+    if len(blocks) == 1:
+        return blocks[0]
+    join = (lambda field: np.concatenate([getattr(b, field) for b in blocks]))
+    return Recording(join("time"), join("q"), join("dq"), join("tau"), recording.joint_names, join("ddq"),
+                     recording.quality_notes)

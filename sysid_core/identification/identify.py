@@ -10,10 +10,18 @@ Two scopes:
 ``full``
     Base parameters of the whole arm plus friction and armature of every joint.
 
-Pipeline: filter the measurements (unless accelerations are exact), build the
-regressor, find the base parameters on random well-spread states (so rank
-deficiencies are structural), estimate them, map back to standard parameters
-closest to the nominal model, and measure the fit.
+Pipeline: find the base parameters on random well-spread states (so rank deficiencies are
+structural); then, block by block of samples, filter the measurements (unless accelerations
+are exact), build the regressor of the base columns and fold it into the reduced form of the
+estimators (estimation.ReducedForm: per-joint QR triangles, O(n r^2) whatever the length);
+estimate, map back to standard parameters closest to the nominal model, measure the fit (from
+the same reduced form) and judge the result (verdict.py). Memory is a few blocks, not the
+recording: 10 minutes at 1 kHz and 60 minutes need the same.
+
+The joint terms follow the physics of the data's source (``IdentificationConfig.physics``):
+a real joint (None) or MuJoCo's (joint_physics.MujocoPhysics: frictionloss as its soft
+constraint, damping where its integrator applies it). Joint springs (MJCF stiffness and
+springref) are a known torque from the model unless identified.
 """
 from __future__ import annotations
 
@@ -22,20 +30,37 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..dynamics import friction
-from ..dynamics.inertia import PARAMETER_NAMES
+from ..dynamics.inertia import PARAMETER_NAMES, consistency_violations
+from ..dynamics.joint_physics import MujocoPhysics
 from ..dynamics.model import Robot
 from ..errors import DataError
-from . import estimation
+from ..dynamics.regressor import BLOCK
+from . import estimation, filtering
 from .base_parameters import BaseParameters, base_parameters
-from .consistency import consistent_parameters
-from .estimation import Estimate, estimate
-from .filtering import FilterConfig, prepare
+from .consistency import consistency_distance, consistent_parameters, realisable_floor
+from .estimation import Estimate, ReducedForm, estimate, estimate_reduced
+from .filtering import FilterConfig, prepared_blocks, prepared_sizes
 from .recording import Recording
+from .verdict import Evidence, Verdict, judge
 
 SCOPES = ("terminal", "full")
 # "consistent": Gautier's WLS for the base parameters, then the physically consistent standard
 # set nearest to them (what the full scope always does), in either scope
 ESTIMATORS = estimation.ESTIMATORS + ("consistent",)
+# At most this many passes of the estimate when MuJoCo's frictionloss constraint depends on
+# what is being identified (its saturation level, the arm's inertia at qpos0): each pass
+# redoes only the joint columns and the linear solve.
+FRICTIONLOSS_PASSES = 4
+FRICTIONLOSS_TOLERANCE = 1e-6  # relative change of the constraint's parameters that ends the passes
+# The data go through in blocks of BLOCK samples (the regressor's own block). Passes after the
+# first (frictionloss, IRLS, the residual's correlation) reuse each block's samples and
+# inertial columns when all of them fit in CACHE_BYTES; longer recordings are filtered and
+# their regressor computed again in every pass, so memory never grows with their length.
+CACHE_BYTES = 64e6
+# The residual's correlation time is measured on at most this many samples: all of them for a
+# shorter recording, else the first BLOCK of evenly spread blocks of prepared_blocks.
+CORRELATION_SAMPLES = 65536
+NOISE_BLOCK = 1 << 18  # samples per stretch of velocity_noise
 
 
 @dataclass(frozen=True)
@@ -50,7 +75,11 @@ class IdentificationConfig:
     measured-signal processing; ``seed`` for the random states of the base-parameter
     analysis. ``friction_models`` each joint's friction law (friction.FrictionSelection; a
     name, a comma list, a FrictionModel or a tuple of them are accepted): anything but
-    coulomb_viscous replaces the coulomb and viscous terms of the joint model.
+    coulomb_viscous replaces the coulomb and viscous terms of the joint model. ``physics``
+    where the data came from: None for a real arm (the default), or a
+    joint_physics.MujocoPhysics when MuJoCo computed them (``MujocoPhysics.inverse(model)``
+    for mj_inverse, ``MujocoPhysics.simulation(model, timestep)`` for forward simulation):
+    only then are MuJoCo's frictionloss constraint and implicit damping modelled.
     """
 
     scope: str = "terminal"
@@ -61,8 +90,11 @@ class IdentificationConfig:
     filter: FilterConfig = field(default_factory=FilterConfig)
     seed: int = 0
     friction_models: friction.FrictionSelection = field(default_factory=friction.FrictionSelection)
+    physics: MujocoPhysics | None = None
 
     def __post_init__(self):
+        if self.physics is not None and not isinstance(self.physics, MujocoPhysics):
+            raise ValueError(f"physics must be None (hardware) or a MujocoPhysics, got {self.physics!r}")
         if not isinstance(self.friction_models, friction.FrictionSelection):
             object.__setattr__(self, "friction_models", friction.FrictionSelection(self.friction_models))
         if not self.friction_models.is_default and not {"coulomb", "viscous"} <= set(self.joint_model.terms):
@@ -83,23 +115,27 @@ def _base_estimator(config: IdentificationConfig) -> str:
 @dataclass(frozen=True, eq=False)
 class Metrics:
     """Quality of a fit. Torque RMSE in N m: ``rmse_per_joint`` (n,) and pooled ``rmse``;
-    ``condition_number`` of the base regressor on this data (independent columns only)
-    and ``condition_number_scaled`` after scaling columns to unit norm (unit-free);
-    ``rank`` the number of base parameters; validation figures when a separate
-    validation recording was given, else None. ``relative_*`` (n,): each joint's RMSE over
-    the RMS of its measured torque (unitless; 0.05 means the model misses 5 % of it).
+    ``condition_number`` of the base regressor on this data with columns scaled to unit norm
+    (unit-free: it measures how well the motion excites the parameters) and
+    ``condition_number_raw`` of the unscaled one (it mixes units, kg with kg m^2); ``rank`` the
+    number of base parameters; validation figures when a separate validation recording was
+    given, else None. ``relative_*`` each joint's RMSE over the RMS of its measured torque
+    (n,), and ``relative_rmse``/``validation_relative_rmse`` pooled over the joints (the
+    residual's norm over the torque's); unitless, 0.05 means the model misses 5 % of it.
     """
 
     rmse_per_joint: np.ndarray
     rmse: float
     condition_number: float
-    condition_number_scaled: float
+    condition_number_raw: float
     rank: int
     n_samples: int
     validation_rmse_per_joint: np.ndarray | None = None
     validation_rmse: float | None = None
     relative_rmse_per_joint: np.ndarray | None = None
     validation_relative_rmse_per_joint: np.ndarray | None = None
+    relative_rmse: float | None = None
+    validation_relative_rmse: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,11 +146,12 @@ class IdentificationResult:
     ``<joint>.<term>``; ``standard`` (p,) their values, the solution consistent with the
     base estimate that stays closest to the nominal model. ``body_parameters`` (nb, 10)
     are the standard inertial parameters of every moving body afterwards (nominal where
-    not identified); ``coulomb``, ``viscous``, ``armature``, ``offset`` (n,) the joint terms
-    afterwards (nominal model values where not identified, 0 for offsets); with a nonlinear
+    not identified); ``coulomb``, ``viscous``, ``armature``, ``offset``, ``stiffness`` (n,) the
+    joint terms afterwards (nominal model values where not identified, 0 for offsets); with a nonlinear
     friction law, coulomb and viscous are its Coulomb level and linear viscous coefficient
     (means of the two directions where they differ). ``friction`` (n,) friction.JointFriction:
-    each joint's friction law with all its parameters (what predict_torque uses).
+    each joint's friction law with all its parameters (what predict_torque uses). ``verdict``
+    whether the result can be trusted (verdict.Verdict: good, doubtful or failed, with reasons).
     """
 
     scope: str
@@ -134,6 +171,8 @@ class IdentificationResult:
     offset: np.ndarray
     metrics: Metrics
     friction: tuple | None = None
+    verdict: Verdict | None = None
+    stiffness: np.ndarray | None = None
 
     @property
     def terminal_parameters(self) -> np.ndarray:
@@ -168,10 +207,9 @@ def _joint_model(config: IdentificationConfig) -> friction.JointModel:
 
 def model_parameter_vector(robot: Robot, names) -> np.ndarray:
     """A model's own value for each named column (inertial from the MJCF bodies, welded
-    bodies merged; coulomb = frictionloss, viscous = damping, armature, offset = 0)."""
+    bodies merged; coulomb = frictionloss, viscous = damping, armature, offset = 0, stiffness)."""
     values = []
-    joint_terms = {"coulomb": robot.frictionloss, "viscous": robot.damping, "armature": robot.armature,
-                   "offset": np.zeros(robot.n_joints)}
+    joint_terms = robot.joint_values
     for name in names:
         owner, _, what = name.rpartition(".")
         if what in PARAMETER_NAMES:
@@ -183,47 +221,92 @@ def model_parameter_vector(robot: Robot, names) -> np.ndarray:
     return np.array(values)
 
 
-def _columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None):
+@dataclass(frozen=True, eq=False)
+class _Constraint:
+    """What MuJoCo's frictionloss constraint force depends on beyond the motion: the friction
+    ``level`` (n,) N m where it saturates and ``invweight0`` (n,), the arm's inverse inertia
+    diagonal at qpos0 (None: the model's)."""
+
+    level: np.ndarray | None = None
+    invweight0: np.ndarray | None = None
+
+
+def _columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None,
+             constraint: _Constraint = _Constraint()):
     """Regressor of the identified columns (N, n, p) and the torque of everything known (N, n).
 
-    ``nonlinear`` (n,) per-joint nonlinear friction values (None: given or default values)."""
+    The one place where a sample's columns are built (from _inertial_columns and
+    _joint_columns). ``nonlinear`` (n,) per-joint nonlinear friction values (None: given or
+    default values); ``constraint`` MuJoCo's frictionloss state (default the model's; only
+    with MuJoCo physics)."""
+    inertial, known = _inertial_columns(robot, config, q, dq, ddq)
+    joint, joint_known = _joint_columns(robot, config, q, dq, ddq, nonlinear, constraint)
+    return np.concatenate([inertial, joint], axis=2), known + joint_known
+
+
+def _inertial_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq):
+    """The rigid bodies' part of ``_columns``: the identified bodies' columns (N, n, 10 b) and
+    the torque (N, n) of the bodies known from the model (all but the terminal one in the
+    terminal scope)."""
+    inertial = robot.regressor(q, dq, ddq)
+    if config.scope == "full":
+        return inertial, np.zeros(np.shape(q))
+    t = robot.terminal_index
+    known_theta = robot.nominal_parameters.copy()
+    known_theta[t] = 0.0
+    return inertial[..., 10 * t:10 * t + 10], _contract(inertial, known_theta.reshape(-1))
+
+
+def _contract(columns: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """columns (N, n, k) @ theta (k,) -> (N, n); matrix-vector products over the regressor's own
+    (n, k, N) memory when it is laid out so (as robot.regressor returns it)."""
+    inner = columns.transpose(1, 2, 0)
+    if not inner.flags.c_contiguous:
+        return columns @ theta
+    return np.matmul(theta, inner).T
+
+
+def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None,
+                   constraint: _Constraint = _Constraint()):
+    """The joint terms' part of ``_columns``: their columns (N, n, k) and the torque (N, n) of
+    the terms the model knows (every term not identified, at the model's value)."""
     joint_model = _joint_model(config)
     models = _friction_models(robot, config)
-    inertial = robot.regressor(q, dq, ddq)
-    if config.scope == "terminal":
-        t = robot.terminal_index
-        known_theta = robot.nominal_parameters.copy()
-        known_theta[t] = 0.0
-        known = inertial @ known_theta.reshape(-1)
-        inertial = inertial[..., 10 * t:10 * t + 10]
-    else:
-        known = np.zeros(np.shape(q))
-    # joint terms not identified keep the model's values
-    model_terms = {"coulomb": robot.frictionloss * friction.coulomb_feature(dq, joint_model.smoothing),
-                   "viscous": robot.damping * dq, "armature": robot.armature * ddq}
-    for term, torque in model_terms.items():
-        if term not in joint_model.terms and not (models is not None and term in ("coulomb", "viscous")):
-            known = known + torque
-    blocks = [inertial, friction.joint_regressor(dq, ddq, joint_model)]
+    # the friction laws' own columns replace the model's coulomb and viscous terms
+    replaced = ("coulomb", "viscous") if models is not None else ()
+    known_terms = [t for t in friction.TERMS if t not in joint_model.terms and t not in replaced]
+    features = robot.joint_features(tuple(joint_model.terms) + tuple(known_terms), q, dq, ddq,
+                                    joint_model.smoothing, config.physics, constraint.level, constraint.invweight0)
+    values = robot.joint_values
+    known = np.zeros(np.shape(q))
+    for term in known_terms:
+        if np.any(values[term]):
+            known = known + values[term] * features[term]
+    blocks = [friction.diagonal_columns(features, joint_model.terms)]
     if models is not None:
         blocks.append(friction.friction_regressor(dq, models, nonlinear, joint_model.smoothing))
-    columns = np.concatenate(blocks, axis=2)
-    return columns, known
+    return np.concatenate(blocks, axis=2), known
 
 
-def _fit_friction(robot: Robot, config: IdentificationConfig, samples, base: BaseParameters):
+def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream", base: BaseParameters):
     """Nonlinear friction parameters (n,) tuples by separable least squares around the run's own
-    estimator, or None when no joint's law has any to estimate."""
+    estimator, or None when no joint's law has any to estimate. The search reads every k-th
+    sample (friction.SEARCH_SAMPLES of them), gathered in one pass over the blocks."""
     models = _friction_models(robot, config)
     if models is None or not any(m.free for m in models):
         return None
-    columns, known = _columns(robot, config, samples.q, samples.dq, samples.ddq)
+    stride = max(1, int(np.ceil(stream.count / friction.SEARCH_SAMPLES)))
+    picked = [s.rows(slice((-at) % stride, None, stride)) for _, at, s in stream.samples()]
+    picked = [s for s in picked if s.n_samples]
+    join = (lambda field: np.concatenate([getattr(s, field) for s in picked]))
+    q, dq, ddq, tau = join("q"), join("dq"), join("ddq"), join("tau")
+    columns, known = _columns(robot, config, q, dq, ddq)
     width = sum(len(m.linear_names) for m in models)  # the friction block comes last
 
     def solve(w, y):
         return estimate(w, y, _base_estimator(config), config.ridge_alpha, robust=config.robust)
 
-    return friction.fit_nonlinear(columns[..., :columns.shape[2] - width], samples.tau - known, samples.dq, models,
+    return friction.fit_nonlinear(columns[..., :columns.shape[2] - width], tau - known, dq, models,
                                   solve, config.joint_model.smoothing, base.independent)
 
 
@@ -260,31 +343,170 @@ def structural_base_parameters(robot: Robot, config: IdentificationConfig) -> Ba
     return base_parameters(columns.reshape(-1, len(names)), names)
 
 
-def _condition(matrix: np.ndarray) -> tuple[float, float]:
-    sing = np.linalg.svd(matrix, compute_uv=False)
-    norms = np.linalg.norm(matrix, axis=0)
-    sing_scaled = np.linalg.svd(matrix / np.where(norms > 0, norms, 1.0), compute_uv=False)
-    ratio = (lambda s: float(s[0] / s[-1]) if s[-1] > 0 else float("inf"))
-    return ratio(sing), ratio(sing_scaled)
+class _Stream:
+    """The identification's data, block by block: the prepared samples of ``recording`` (blocks of
+    at most BLOCK rows), their inertial columns and the columns of the base parameters.
+
+    Every pass reads the recording again (filtering and regressor), except when the blocks of
+    the whole recording fit in CACHE_BYTES: then the first pass keeps the samples and inertial
+    columns of every block and the later passes only rebuild the joint columns.
+    """
+
+    def __init__(self, robot: Robot, config: IdentificationConfig, recording: Recording):
+        self.robot, self.config, self.recording = robot, config, recording
+        self.filter_block = max(BLOCK, filtering.FILTER_BLOCK // BLOCK * BLOCK)
+        self.sizes = prepared_sizes(recording, config.filter, self.filter_block)
+        self.count = sum(self.sizes)
+        width = 10 * (1 if config.scope == "terminal" else robot.n_bodies) + 8
+        self._cache = [] if self.count * robot.n_joints * width * 8 <= CACHE_BYTES else None
+        self._cached = False
+
+    def samples(self, select=None):
+        """(block number, first row number, Recording of at most BLOCK prepared rows), in order;
+        ``select`` a container of the numbers of the prepared_blocks to read, and only the
+        first BLOCK rows of each (default: all rows of all)."""
+        numbers = range(len(self.sizes)) if select is None else sorted(select)
+        starts = np.concatenate(([0], np.cumsum(self.sizes))).astype(int)
+        for number, block in zip(numbers, prepared_blocks(self.recording, self.config.filter, self.filter_block,
+                                                          select)):
+            for start in range(0, block.n_samples if select is None else 1, BLOCK):
+                yield number, int(starts[number]) + start, block.rows(slice(start, start + BLOCK))
+
+    def inertial(self, select=None):
+        """(block number, samples, inertial columns (B, n, 10 k), torque of the known bodies (B, n))."""
+        if self._cached:
+            first = {}  # the first BLOCK of each selected prepared block, as samples() reads them
+            for item in self._cache:
+                if select is None or (item[0] in select and first.setdefault(item[0], item) is item):
+                    yield item
+            return
+        keep = self._cache is not None and select is None
+        items = []
+        for number, _, samples in self.samples(select):
+            inertial, known = _inertial_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq)
+            item = (number, samples, inertial, known)
+            if keep:
+                items.append(item)
+            yield item
+        if keep:
+            self._cache, self._cached = items, True
+
+    def columns(self, base: BaseParameters, nonlinear=None, constraint: _Constraint = _Constraint(), select=None):
+        """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block."""
+        split = int(np.searchsorted(base.independent, self._inertial_width))
+        ours, theirs = base.independent[:split], base.independent[split:] - self._inertial_width
+        for _, samples, inertial, known in self.inertial(select):
+            joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
+                                                nonlinear, constraint)
+            yield samples, np.concatenate([inertial[..., ours], joint[..., theirs]], axis=2), \
+                samples.tau - known - joint_known
+
+    @property
+    def _inertial_width(self) -> int:
+        return 10 * (1 if self.config.scope == "terminal" else self.robot.n_bodies)
+
+    def correlation_blocks(self) -> set | None:
+        """The prepared blocks the residual's correlation time is measured on (None: all)."""
+        if self.count <= CORRELATION_SAMPLES:
+            return None
+        wanted = max(1, CORRELATION_SAMPLES // BLOCK)
+        return set(np.unique(np.linspace(0, len(self.sizes) - 1, wanted).round().astype(int)).tolist())
+
+
+def _constraint_state(robot: Robot, config: IdentificationConfig, body_parameters, coulomb, armature) -> _Constraint:
+    """MuJoCo's frictionloss state of an identified model: its Coulomb levels (where identified)
+    and the inverse inertia diagonal of its bodies and armature at qpos0."""
+    level = coulomb if "coulomb" in _joint_model(config).terms else None
+    return _Constraint(level, robot.inverse_inertia_diagonal(body_parameters, armature))
+
+
+def _uses_constraint(robot: Robot, config: IdentificationConfig) -> bool:
+    """Whether MuJoCo's frictionloss constraint is part of the model: MuJoCo data, and friction
+    either identified as the coulomb term or known from the model."""
+    if config.physics is None or not config.friction_models.is_default:
+        return False
+    return "coulomb" in _joint_model(config).terms or bool(np.any(robot.frictionloss > 0))
 
 
 def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np.ndarray:
-    """Joint torques (N, n) of the identified model: rigid bodies plus joint terms."""
+    """Joint torques (N, n) N m of the identified model at q, dq, ddq (N, n): rigid bodies plus
+    joint terms, with the physics the data came from (``result.config.physics``; replace it by
+    None for what a real arm of these parameters needs)."""
     q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
-    rigid = robot.regressor(q, dq, ddq) @ result.body_parameters.reshape(-1)
-    if result.friction is not None and any(f.model.name != "coulomb_viscous" for f in result.friction):
-        return rigid + friction.friction_torque(dq, result.friction) + result.armature * ddq + result.offset
-    coulomb = friction.coulomb_feature(dq, result.config.joint_model.smoothing)
-    return rigid + result.coulomb * coulomb + result.viscous * dq + result.armature * ddq + result.offset
+    config = result.config
+    nonlinear = None
+    if _friction_models(robot, config) is not None:
+        nonlinear = tuple(f.nonlinear for f in result.friction)
+    constraint = _Constraint()
+    if _uses_constraint(robot, config):
+        constraint = _constraint_state(robot, config, result.body_parameters, result.coulomb, result.armature)
+    columns, known = _columns(robot, config, q, dq, ddq, nonlinear, constraint)
+    return known + columns @ result.standard
 
 
-def _rmse(residual: np.ndarray, torque: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
-    """Per joint (n,) and pooled RMSE of ``residual`` (N, n), and per joint relative to ``torque``'s RMS."""
-    per_joint = np.sqrt(np.mean(residual**2, axis=0))
-    scale = np.sqrt(np.mean(np.asarray(torque)**2, axis=0))
+def _rmse(residual_sq: np.ndarray, torque_sq: np.ndarray, count: int) -> tuple[np.ndarray, float, np.ndarray, float]:
+    """Per joint (n,) and pooled RMSE from the residual's sum of squares per joint (n,) over
+    ``count`` samples, and both relative to the torque's RMS (its sum of squares (n,))."""
+    per_joint = np.sqrt(residual_sq / count)
+    scale = np.sqrt(torque_sq / count)
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(scale > 0, per_joint / scale, np.inf)
-    return per_joint, float(np.sqrt(np.mean(residual**2))), relative
+    pooled, total = float(np.sqrt(np.sum(residual_sq) / residual_sq.size / count)), \
+        float(np.sqrt(np.sum(torque_sq) / torque_sq.size / count))
+    return per_joint, pooled, relative, pooled / total if total > 0 else float("inf")
+
+
+def velocity_noise(dq) -> np.ndarray:
+    """Per-joint white-noise level (n,) rad/s of a raw velocity recording dq (N, n): 1.4826 MAD
+    of the second differences over sqrt(6). A smooth motion's second differences at a
+    driver's sample rate are far below any sensor's noise; noise-free data give ~0. Longer
+    recordings go in stretches of NOISE_BLOCK samples, and the median of their levels is taken
+    (memory stays bounded; on stationary noise it is the same figure).
+    """
+    dq = np.asarray(dq)
+    levels = []
+    for start in range(0, max(dq.shape[0] - 2, 1), NOISE_BLOCK):
+        second = np.diff(np.asarray(dq[start:start + NOISE_BLOCK + 2], dtype=float), n=2, axis=0)
+        if second.shape[0] == 0:
+            return np.zeros(np.shape(dq)[1])
+        levels.append(1.4826 * np.median(np.abs(second - np.median(second, axis=0)), axis=0) / np.sqrt(6.0))
+    return np.median(levels, axis=0)
+
+
+def _evidence(robot: Robot, config: IdentificationConfig, noise: np.ndarray, motion: np.ndarray,
+              est: Estimate, base: BaseParameters, standard: np.ndarray, body_parameters: np.ndarray,
+              metrics: Metrics, consistent: bool) -> Evidence:
+    """The figures the verdict is computed from (verdict.Evidence): ``noise`` (n,) the raw
+    velocity's noise level, ``motion`` (n,) the prepared velocity's RMS about its mean."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        snr = np.where(noise > 0, motion / np.where(noise > 0, noise, 1.0), np.where(motion > 0, np.inf, 0.0))
+    mass_rel = com_std = None
+    if config.scope == "terminal":
+        # covariance of the terminal body's standard parameters: theta = nominal + P^+ (beta - P nominal)
+        spread = np.linalg.pinv(base.projection)[:10]
+        cov = spread @ est.covariance @ spread.T
+        mass = float(standard[0])
+        if mass > 0:
+            mass_rel = float(np.sqrt(max(cov[0, 0], 0.0)) / mass)
+            # c = h / m: dc = (dh - c dm) / m
+            jac = np.hstack([-standard[1:4, None] / mass**2, np.eye(3) / mass])
+            com_std = 1000.0 * float(np.sqrt(max(np.trace(jac @ cov[:4, :4] @ jac.T), 0.0)))
+    bodies = [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)
+    inconsistent = {}
+    for body in bodies:
+        i = robot.body_names.index(body)
+        reasons = consistency_violations(body_parameters[i] - robot.welded_parameters[i])
+        if reasons:
+            inconsistent[body + (" (less its welded bodies)" if robot.merged_bodies[i] else "")] = reasons
+    distance = consistency_distance(base.projection, est.values, est.covariance, standard) if consistent else None
+    relative = metrics.validation_relative_rmse
+    validated = relative is not None
+    return Evidence(
+        scope=config.scope, relative_rmse=relative if validated else metrics.relative_rmse, validated=validated,
+        condition_number=metrics.condition_number, joint_names=robot.joint_names, motion_snr=snr,
+        base_relative_std_percent=np.asarray(est.relative_std, dtype=float), mass_relative_std=mass_rel,
+        com_std_mm=com_std, inconsistent=inconsistent, consistency_distance=distance,
+        finite=bool(np.all(np.isfinite(standard)) and np.all(np.isfinite(est.values))))
 
 
 def identify(robot: Robot, recording: Recording, config: IdentificationConfig = IdentificationConfig(),
@@ -293,79 +515,166 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
 
     The recording's joints are matched to the model by name. Raises DataError for unusable
     data (missing joints, too few samples) and IdentificationError when the data cannot
-    determine the base parameters.
+    determine the base parameters. The recording's arrays are only read, block by block
+    (BLOCK samples; views of a caller's buffer are fine, nothing of their size is copied or
+    built): memory is a few blocks whatever the length (see _Stream); with ``config.robust``
+    one (N, n) residual array more. ``recording.quality_notes`` (and the validation's) end
+    in the verdict.
     """
-    samples = prepare(recording.select(robot.joint_names), config.filter)
+    recording = recording.select(robot.joint_names)
+    stream = _Stream(robot, config, recording)
     names = column_names(robot, config)
     minimum = max(50, 3 * len(names))
-    if samples.n_samples < minimum:
-        raise DataError(f"too few samples: {samples.n_samples} after filtering, at least {minimum} are needed "
+    if stream.count < minimum:
+        raise DataError(f"too few samples: {stream.count} after filtering, at least {minimum} are needed "
                         f"to identify {len(names)} parameters")
     base = structural_base_parameters(robot, config)
-    nonlinear = _fit_friction(robot, config, samples, base)  # None unless a friction law has some
-    columns, known = _columns(robot, config, samples.q, samples.dq, samples.ddq, nonlinear)
-    base_columns = columns[..., base.independent]
-    target = samples.tau - known
-    est = estimate(base_columns, target, _base_estimator(config), config.ridge_alpha, robust=config.robust)
-
+    nonlinear = _fit_friction(robot, config, stream, base)  # None unless a friction law has some
     nominal = model_parameter_vector(robot, names)
-    if config.scope == "full" or config.estimator == "consistent":
-        # many standard sets share these base values: take the physically consistent one
-        # nearest the data, pulled to the nominal model only where the data are silent
-        n_bodies = robot.n_bodies if config.scope == "full" else 1
-        # friction levels and armature cannot be negative; offsets and the higher-order or
-        # excess terms of the nonlinear friction laws can
-        free = ("offset",) + friction.SIGNED_PARAMETERS
-        signed = [name.rpartition(".")[2] not in free for name in names[10 * n_bodies:]]
-        standard = consistent_parameters(base.projection, est.values, est.covariance, nominal, n_bodies,
-                                         nonnegative=signed)
-    else:
+    bodies = [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)
+    joint_model = _joint_model(config)
+    n_inertial = 10 * len(bodies)
+    n = robot.n_joints
+
+    def solve(constraint: _Constraint):
+        """One pass: the reduced form, the estimate, standard parameters; the torque's sum of
+        squares (n,) and the velocity's spread on the way."""
+        reduced, torque_sq, motion = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n)
+        for samples, columns, target in stream.columns(base, nonlinear, constraint):
+            reduced = reduced.add(columns, target)
+            torque_sq += np.sum(samples.tau ** 2, axis=0)
+            motion.add(samples.dq)
+        est = estimate_reduced(reduced, _base_estimator(config), config.ridge_alpha, config.robust,
+                               lambda: ((c, t) for _, c, t in stream.columns(base, nonlinear, constraint)))
         # full rank in practice; otherwise the nominal values fill what the data cannot see
         standard = nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
+        return reduced, est, standard, torque_sq, motion
 
-    body_parameters = robot.nominal_parameters.copy()
-    bodies = [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)
-    for k, body in enumerate(bodies):
-        body_parameters[robot.body_names.index(body)] = standard[10 * k:10 * k + 10]
-    terms = {"coulomb": robot.frictionloss.copy(), "viscous": robot.damping.copy(),
-             "armature": robot.armature.copy(), "offset": np.zeros(robot.n_joints)}
-    joint_model = _joint_model(config)
-    offset = 10 * len(bodies)
-    for t, term in enumerate(joint_model.terms):
-        terms[term] = standard[offset + t * robot.n_joints: offset + (t + 1) * robot.n_joints].copy()
+    def terms_of(standard):
+        out = {"coulomb": robot.frictionloss.copy(), "viscous": robot.damping.copy(),
+               "armature": robot.armature.copy(), "offset": np.zeros(n), "stiffness": robot.stiffness.copy()}
+        for t, term in enumerate(joint_model.terms):
+            out[term] = standard[n_inertial + t * n: n_inertial + (t + 1) * n].copy()
+        return out
+
+    def bodies_of(standard):
+        out = robot.nominal_parameters.copy()
+        for k, body in enumerate(bodies):
+            out[robot.body_names.index(body)] = standard[10 * k:10 * k + 10]
+        return out
+
+    constraint = _Constraint()
+    reduced, est, standard, torque_sq, motion = solve(constraint)
+    if _uses_constraint(robot, config):
+        # MuJoCo's frictionloss force depends on the friction level and on the arm's inertia at
+        # qpos0 (through dof_invweight0), both being identified: pass again with the estimate's
+        # until they settle (the inertia depends on base parameters only, so the minimum-norm
+        # standard set is as good as any)
+        level, weight = robot.frictionloss, robot.model.dof_invweight0
+        for _ in range(FRICTIONLOSS_PASSES):
+            terms = terms_of(standard)
+            state = _constraint_state(robot, config, bodies_of(standard), terms["coulomb"], terms["armature"])
+            new_level = level if state.level is None else np.maximum(state.level, 0.0)
+            change = max(np.max(np.abs(state.invweight0 / weight - 1.0)),
+                         np.max(np.abs(new_level - level) / np.maximum(np.abs(level), 1e-12)))
+            if change < FRICTIONLOSS_TOLERANCE:
+                break
+            level, weight = new_level, state.invweight0
+            constraint = _Constraint(level, weight)
+            reduced, est, standard, torque_sq, motion = solve(constraint)
+    # neighbouring samples of filtered data (and of smooth model errors) are not independent:
+    # widen the covariance by the residual's correlation time so that standard deviations mean
+    # what they say (measured on CORRELATION_SAMPLES at most)
+    residuals = [target - columns @ est.values
+                 for _, columns, target in stream.columns(base, nonlinear, constraint, stream.correlation_blocks())]
+    est = replace(est, covariance=est.covariance * estimation.correlation_time(np.concatenate(residuals)))
+
+    consistent = config.scope == "full" or config.estimator == "consistent"
+    if consistent:
+        # many standard sets share these base values: take the physically consistent one
+        # nearest the data, pulled to the nominal model only where the data are silent, with
+        # a margin that keeps what a model file holds (the body less its welded parts) real
+        # friction levels, armature and springs cannot be negative; offsets and the higher-order
+        # or excess terms of the nonlinear friction laws can
+        free = ("offset",) + friction.SIGNED_PARAMETERS
+        signed = [name.rpartition(".")[2] not in free for name in names[n_inertial:]]
+        index = [robot.body_names.index(b) for b in bodies]
+        floor = realisable_floor(robot.nominal_parameters[index], robot.welded_parameters[index])
+        standard = consistent_parameters(base.projection, est.values, est.covariance, nominal, len(bodies),
+                                         nonnegative=signed, floor=floor)
+
+    body_parameters = bodies_of(standard)
+    terms = terms_of(standard)
     frictions = _joint_frictions(robot, config, names, standard, terms, nonlinear)
     terms["coulomb"] = np.array([f.coulomb_level for f in frictions])
     terms["viscous"] = np.array([f.viscous_level for f in frictions])
 
-    # the fit of the parameters delivered: the consistent ones where they differ from the estimate
-    rmse_joint, rmse, relative = _rmse(target - base_columns @ (base.projection @ standard), samples.tau)
-    cond, cond_scaled = _condition(base_columns.reshape(-1, base.rank))
-    metrics = Metrics(rmse_joint, rmse, cond, cond_scaled, base.rank, samples.n_samples,
-                      relative_rmse_per_joint=relative)
+    # the fit of the parameters delivered: the consistent ones where they differ from the estimate;
+    # residual and torque sums of squares from the reduced form (the torque's: a zero model)
+    rmse_joint, rmse, relative, pooled = _rmse(reduced.residual_sums(base.projection @ standard),
+                                               torque_sq, reduced.n_samples)
+    cond, cond_raw = estimation.condition_numbers(estimation.triangle(reduced.stacked())[:base.rank, :base.rank])
+    metrics = Metrics(rmse_joint, rmse, cond, cond_raw, base.rank, reduced.n_samples,
+                      relative_rmse_per_joint=relative, relative_rmse=pooled)
     result = IdentificationResult(
         scope=config.scope, config=config, joint_names=robot.joint_names, body_names=robot.body_names,
         terminal_body=robot.terminal_body, terminal_joint=robot.terminal_joint, column_names=names,
         standard=standard, base=base, estimate=est, body_parameters=body_parameters,
         coulomb=terms["coulomb"], viscous=terms["viscous"], armature=terms["armature"], offset=terms["offset"],
-        metrics=metrics, friction=frictions)
-    if validation is None:
-        return result
-    check = prepare(validation.select(robot.joint_names), config.filter)
-    val_joint, val, val_relative = _rmse(check.tau - predict_torque(robot, result, check.q, check.dq, check.ddq),
-                                         check.tau)
-    return replace(result, metrics=replace(metrics, validation_rmse_per_joint=val_joint, validation_rmse=val,
-                                           validation_relative_rmse_per_joint=val_relative))
+        metrics=metrics, friction=frictions, stiffness=terms["stiffness"])
+    if validation is not None:
+        residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
+        for check in prepared_blocks(validation.select(robot.joint_names), config.filter):
+            for start in range(0, check.n_samples, BLOCK):
+                part = check.rows(slice(start, start + BLOCK))
+                residual_sq += np.sum((part.tau - predict_torque(robot, result, part.q, part.dq, part.ddq)) ** 2,
+                                      axis=0)
+                torque_sq += np.sum(part.tau ** 2, axis=0)
+                count += part.n_samples
+        val_joint, val, val_relative, val_pooled = _rmse(residual_sq, torque_sq, count)
+        metrics = replace(metrics, validation_rmse_per_joint=val_joint, validation_rmse=val,
+                          validation_relative_rmse_per_joint=val_relative, validation_relative_rmse=val_pooled)
+    notes = tuple(recording.quality_notes) + (() if validation is None else
+                                              tuple(n for n in validation.quality_notes
+                                                    if n not in recording.quality_notes))
+    evidence = _evidence(robot, config, velocity_noise(recording.dq), motion.rms, est, base, standard,
+                         body_parameters, metrics, consistent)
+    return replace(result, metrics=metrics, verdict=judge(evidence, notes))
+
+
+class _Spread:
+    """Running per-joint RMS about the mean (n,) of a signal given in blocks (B, n) (sums shifted
+    by the first block's mean, against cancellation)."""
+
+    def __init__(self, n: int):
+        self.count, self.shift = 0, None
+        self.total, self.squares = np.zeros(n), np.zeros(n)
+
+    def add(self, x: np.ndarray) -> None:
+        if self.shift is None:
+            self.shift = np.mean(x, axis=0)
+        centred = x - self.shift
+        self.count += x.shape[0]
+        self.total += np.sum(centred, axis=0)
+        self.squares += np.sum(centred ** 2, axis=0)
+
+    @property
+    def rms(self) -> np.ndarray:
+        mean = self.total / self.count
+        return np.sqrt(np.maximum(self.squares / self.count - mean ** 2, 0.0))
 
 
 def base_regressor(robot: Robot, config: IdentificationConfig, q, dq, ddq,
-                   base: BaseParameters | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   base: BaseParameters | None = None, nonlinear=None) -> tuple[np.ndarray, np.ndarray]:
     """Regressor of the base parameters (N, n, r) and the torque of everything known (N, n), N m.
 
     The independent columns of the identified standard parameters under ``config`` (those of
     ``structural_base_parameters`` unless ``base`` is given): what an identification on these
     states would estimate. q, dq, ddq (N, n) rad, rad/s, rad/s^2. The nominal model's joint
     torques are ``regressor @ (base.projection @ model_parameter_vector(robot, names)) + known``.
+    ``nonlinear`` (n,) tuples: the friction laws' nonlinear values (e.g. an identification's
+    ``f.nonlinear for f in result.friction``; None: given or default values).
     """
     base = structural_base_parameters(robot, config) if base is None else base
-    columns, known = _columns(robot, config, q, dq, ddq)
+    columns, known = _columns(robot, config, q, dq, ddq, nonlinear)
     return columns[..., base.independent], known

@@ -7,6 +7,23 @@ import numpy as np
 
 from ..errors import DataError
 
+NOTE_LEVELS = ("doubtful", "failed")
+
+
+@dataclass(frozen=True)
+class QualityNote:
+    """What the source of a recording knows about its quality, for the verdict of every result
+    identified from it: ``level`` doubtful (worth a warning) or failed (the data cannot be
+    trusted, e.g. the arm did not follow the plan), ``message`` one line saying what, where
+    and how much ("joint2 lagged the plan by 0.31 rad at t=4.2 s")."""
+
+    level: str
+    message: str
+
+    def __post_init__(self):
+        if self.level not in NOTE_LEVELS:
+            raise ValueError(f"quality note level must be one of {NOTE_LEVELS}, got '{self.level}'")
+
 
 @dataclass(frozen=True, eq=False)
 class Recording:
@@ -15,7 +32,10 @@ class Recording:
     ``time`` (N,) s, strictly increasing; ``q`` (N, n) rad (m), ``dq`` (N, n) rad/s,
     ``tau`` (N, n) joint torque N m (N), the torque the actuators applied. ``ddq`` (N, n) rad/s^2
     only when it is known exactly (planned or simulated); estimators otherwise derive it
-    from the measurements. ``joint_names`` (n,) give the column order.
+    from the measurements. ``joint_names`` (n,) give the column order. ``quality_notes``
+    (QualityNote, ...) what the source found wrong with the data (tracking, saturation):
+    they travel with every part of the recording and end in the verdict of what is
+    identified from it.
     """
 
     time: np.ndarray
@@ -24,8 +44,12 @@ class Recording:
     tau: np.ndarray
     joint_names: tuple
     ddq: np.ndarray | None = None
+    quality_notes: tuple = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "quality_notes", tuple(self.quality_notes))
+        if not all(isinstance(note, QualityNote) for note in self.quality_notes):
+            raise DataError("quality_notes must be QualityNote objects")
         n = len(self.joint_names)
         num = np.shape(self.time)[0] if np.ndim(self.time) == 1 else -1
         if num < 0:
@@ -60,14 +84,18 @@ class Recording:
         """The samples ``index`` (a slice or index array) picks, every signal alike."""
         pick = (lambda a: None if a is None else np.asarray(a)[index])
         return Recording(pick(self.time), pick(self.q), pick(self.dq), pick(self.tau), self.joint_names,
-                         pick(self.ddq))
+                         pick(self.ddq), self.quality_notes)
 
     def select(self, joint_names) -> "Recording":
-        """Columns reordered to ``joint_names``; DataError naming what is missing."""
+        """Columns reordered to ``joint_names``; DataError naming what is missing. The same
+        Recording (no copy) when the columns are already in that order."""
         joint_names = tuple(joint_names)
+        if joint_names == tuple(self.joint_names):
+            return self
         missing = [j for j in joint_names if j not in self.joint_names]
         if missing:
             raise DataError(f"joints {missing} of the model are not in the data; data has {list(self.joint_names)}")
         idx = [self.joint_names.index(j) for j in joint_names]
         pick = (lambda a: None if a is None else np.asarray(a)[:, idx])
-        return Recording(self.time, pick(self.q), pick(self.dq), pick(self.tau), joint_names, pick(self.ddq))
+        return Recording(self.time, pick(self.q), pick(self.dq), pick(self.tau), joint_names, pick(self.ddq),
+                         self.quality_notes)

@@ -45,7 +45,9 @@ class LoadedRecording:
 
     ``recording`` in the wanted joints' order, time from 0 s at the first sample kept;
     ``messages`` messages (rows) read; ``dropped`` {reason: count}; ``stretches`` the index of
-    each file's first sample in ``recording``; ``files`` the paths, in order.
+    each file's first sample in ``recording``; ``files`` the paths, in order; ``origins`` the
+    stamp of each file's first sample kept, s on the stamps' own clock (epoch for a bridge's
+    bags): add it to a stretch's times to line them up with other logs of that clock.
     """
 
     recording: Recording
@@ -53,6 +55,7 @@ class LoadedRecording:
     dropped: dict
     stretches: tuple = (0,)
     files: tuple = ()
+    origins: tuple = ()
 
     def summary(self) -> str:
         """One line: samples kept, what was dropped and why."""
@@ -148,6 +151,11 @@ class JointStateLog:
     def n_samples(self) -> int:
         return self._size
 
+    @property
+    def origin(self) -> float:
+        """The first sample's stamp, s (time 0 of ``recording``); NaN before any."""
+        return self._stamps[0] * 1e-9 if self._size else math.nan
+
     def recording(self, what: str = "the recording") -> Recording:
         """The samples kept as a Recording, time in s from the first one; DataError when none."""
         if self._size == 0:
@@ -206,7 +214,8 @@ def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: st
         raise
     except Exception as err:  # rosbags raises its own, OSError, ValueError, KeyError for a broken bag
         raise DataError(f"cannot read bag {path}: {type(err).__name__}: {' '.join(str(err).split())}") from None
-    return LoadedRecording(log.recording(f"{topic} of {path}"), log.messages, dict(log.dropped), (0,), (path,))
+    return LoadedRecording(log.recording(f"{topic} of {path}"), log.messages, dict(log.dropped), (0,), (path,),
+                           (log.origin,))
 
 
 def write_rosbag(path, recording: Recording, topic: str = "/joint_states", storage: str = "mcap",
@@ -283,7 +292,7 @@ def read_csv(path, joint_names=None) -> LoadedRecording:
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
     except UnicodeDecodeError:
         raise DataError(f"{path} is not a text CSV file") from None
-    return LoadedRecording(log.recording(str(path)), log.messages, dict(log.dropped), (0,), (path,))
+    return LoadedRecording(log.recording(str(path)), log.messages, dict(log.dropped), (0,), (path,), (log.origin,))
 
 
 def write_csv(path, recording: Recording) -> Path:
@@ -343,4 +352,4 @@ def read_recordings(paths, joint_names, topic: str = "/joint_states", stamps: st
         for reason, count in item.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
     return LoadedRecording(recording, sum(i.messages for i in loaded), dropped, starts,
-                           tuple(p for i in loaded for p in i.files))
+                           tuple(p for i in loaded for p in i.files), tuple(o for i in loaded for o in i.origins))

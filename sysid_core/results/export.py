@@ -3,13 +3,13 @@
 ``params.json`` is a superset of the reference robot-sysid tool's schema (its keys keep
 their meaning: the terminal body's mass, first moment ``center_of_mass_moment`` =
 m c in kg m, inertia about the body-frame origin, the terminal joint's friction,
-RMSE, condition number, number of base parameters), extended with every joint,
-every moving body, the base parameters, physical consistency and, when the true
+RMSE, condition number, number of base parameters), extended with the verdict, every
+joint, every moving body, the base parameters, physical consistency and, when the true
 model is known, the errors.
 
 The updated model is the input MJCF with identified ``<inertial>`` elements; nothing
-physically impossible is ever written, and the copy is reloaded and checked before it
-replaces anything.
+physically impossible is ever written, nor anything from a result whose verdict is
+failed, and the copy is reloaded and checked before it replaces anything.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ UNITS = {
     "viscous_friction": "N m s/rad (N s/m for slide joints)",
     "armature": "kg m^2 (kg for slide joints)",
     "offset": "N m (N for slide joints)",
+    "stiffness": "N m/rad (N/m for slide joints)",
     "rmse": "N m (N for slide joints)",
     "condition_number": "1",
     "com_error_mm": "mm",
@@ -135,6 +136,46 @@ def _truth_sections(result, truth, terminal_theta) -> tuple[dict, dict]:
     return truth_doc, error
 
 
+def written_part(result, robot, body: str) -> np.ndarray:
+    """The parameters (10,) a model file's ``<inertial>`` of ``body`` holds: the identified body
+    less the welded bodies merged into it, which keep their own inertials."""
+    i = robot.body_names.index(body)
+    return np.asarray(result.body_parameters[i], dtype=float) - robot.welded_parameters[i]
+
+
+def _violations(result, robot) -> dict:
+    """{body: reasons} why a body, or the part of it a model file holds, is not a real body."""
+    out = {}
+    for i, body in enumerate(result.body_names):
+        reasons = consistency_violations(result.body_parameters[i])
+        if not reasons and robot.merged_bodies[i] and f"{body}.m" in result.column_names:
+            reasons = [f"less its welded bodies {list(robot.merged_bodies[i])}: {r}"
+                       for r in consistency_violations(written_part(result, robot, body))]
+        out[body] = reasons
+    return out
+
+
+def _physics(config) -> dict:
+    """Where the data came from: hardware, or MuJoCo with the artefacts that were modelled."""
+    physics = config.physics
+    if physics is None:
+        return {"source": "hardware"}
+    return {"source": "mujoco", "timestep": physics.timestep, "integrator": physics.integrator,
+            "eulerdamp": physics.eulerdamp, "simulated": physics.simulated,
+            "damping_delay": physics.damping_delay}
+
+
+def _evidence(verdict) -> dict:
+    e = verdict.evidence
+    if e is None:
+        return {}
+    return {"relative_rmse": _num(e.relative_rmse), "validated": bool(e.validated),
+            "condition_number": _num(e.condition_number),
+            "motion_snr": {j: _num(v) for j, v in zip(e.joint_names, e.motion_snr)},
+            "mass_relative_std": _num(e.mass_relative_std), "com_std_mm": _num(e.com_std_mm),
+            "consistency_distance": _num(e.consistency_distance)}
+
+
 def _per_joint(result, values) -> dict | None:
     return None if values is None else {j: _num(values[i]) for i, j in enumerate(result.joint_names)}
 
@@ -157,16 +198,22 @@ def params_document(result, robot, source: str, truth=None, payload_frame: str |
     ``payload`` is the terminal body in ROS terms (payload.payload_document), in
     ``payload_frame`` (default: the terminal body's frame).
     All numbers are plain floats in SI units (see the ``units`` key); inf/NaN become null.
+    ``verdict`` (good, doubtful, failed) and ``verdict_reasons`` come first.
     """
     _check_same_model(result, robot)
+    if result.verdict is None:
+        raise ValueError("the identification result carries no verdict (identify() gives every result one)")
     metrics = result.metrics
     ti = result.body_names.index(result.terminal_body)
     tj = result.joint_names.index(result.terminal_joint)
     theta = np.asarray(result.body_parameters[ti], dtype=float)
     identified = {b: f"{b}.m" in result.column_names for b in result.body_names}
-    violations = {b: consistency_violations(result.body_parameters[i]) for i, b in enumerate(result.body_names)}
+    violations = _violations(result, robot)
     rmse_joint = np.asarray(metrics.rmse_per_joint, dtype=float)
+    stiffness = result.stiffness if result.stiffness is not None else robot.stiffness
     doc = {
+        "verdict": result.verdict.level,
+        "verdict_reasons": list(result.verdict.reasons),
         # --- the reference tool's keys, same meaning ---
         "joint_name": result.terminal_joint,
         "mass": _num(theta[0]),
@@ -179,23 +226,30 @@ def params_document(result, robot, source: str, truth=None, payload_frame: str |
         "n_base_params": int(result.base.rank),
         # --- extensions ---
         "scope": result.scope,
-        "estimator": result.estimate.method,
+        "estimator": result.config.estimator,
+        "base_estimator": result.estimate.method,
+        "robust": bool(result.config.robust),
         "source": str(source),
+        "physics": _physics(result.config),
         "body_name": result.terminal_body,
         "merged_bodies": list(robot.merged_bodies[ti]),
         "center_of_mass": _com(theta),
-        "condition_number_scaled": _num(metrics.condition_number_scaled),
+        "condition_number_raw": _num(metrics.condition_number_raw),
         "rank": int(metrics.rank),
         "n_samples": int(metrics.n_samples),
         "units": dict(UNITS),
         "joints": [{"name": j, "coulomb_friction": _num(result.coulomb[i]), "viscous_friction": _num(result.viscous[i]),
                     "armature": _num(result.armature[i]), "offset": _num(result.offset[i]),
-                    "rmse": _num(rmse_joint[i])} for i, j in enumerate(result.joint_names)],
+                    "stiffness": _num(stiffness[i]), "rmse": _num(rmse_joint[i])}
+                   for i, j in enumerate(result.joint_names)],
         "rmse_per_joint": _per_joint(result, rmse_joint),
         "validation_rmse": _num(metrics.validation_rmse),
         "validation_rmse_per_joint": _per_joint(result, metrics.validation_rmse_per_joint),
         "relative_rmse_per_joint": _per_joint(result, metrics.relative_rmse_per_joint),
         "validation_relative_rmse_per_joint": _per_joint(result, metrics.validation_relative_rmse_per_joint),
+        "relative_rmse": _num(metrics.relative_rmse),
+        "validation_relative_rmse": _num(metrics.validation_relative_rmse),
+        "verdict_evidence": _evidence(result.verdict),
         "base_parameters": [{"name": n, "expression": e, "value": _num(v), "std": _num(s), "relative_std_percent": _num(r)}
                             for n, e, v, s, r in zip(result.base.names, result.base.expressions, result.estimate.values,
                                                      result.estimate.std, result.estimate.relative_std)],
@@ -409,16 +463,18 @@ def own_values_to_write(result, robot) -> dict:
 
     The identified values include the body's welded descendants; those keep their own
     inertials in the file, so the body gets the identified total minus their share.
+    IdentificationError for a result whose verdict is failed or a part that is not a real body.
     """
+    if result.verdict is not None and result.verdict.level == "failed":
+        raise IdentificationError("refusing to write a model from a failed identification: "
+                                  + "; ".join(result.verdict.reasons))
     bodies = [result.terminal_body] if result.scope == "terminal" else list(result.body_names)
     values = {}
     for name in bodies:
-        i = robot.body_names.index(name)
-        welded = robot.nominal_parameters[i] - robot.own_parameters[i]
-        own = np.asarray(result.body_parameters[i], dtype=float) - welded
+        own = written_part(result, robot, name)
         reasons = consistency_violations(own)
         if reasons:
-            merged = robot.merged_bodies[i]
+            merged = robot.merged_bodies[robot.body_names.index(name)]
             detail = (f" (identified total minus the welded bodies {list(merged)} that keep their own inertials)"
                       if merged else "")
             raise IdentificationError(
@@ -459,8 +515,8 @@ def write_updated_model(source_path, output_path, robot, result, mesh_dir=None) 
     are kept; asset paths are made absolute when the copy lives in another directory.
     ``mesh_dir`` is the mesh directory override the robot was loaded with, if any.
 
-    Raises IdentificationError, before writing anything, when a value is not physically
-    consistent, a body is not defined in this file (e.g. in an <include>d one), the
+    Raises IdentificationError, before writing anything, when the result's verdict is failed,
+    a value is not physically consistent, a body is not defined in this file (e.g. in an <include>d one), the
     compiler would ignore or rescale inertials, or the reloaded copy does not reproduce
     ``result.body_parameters``. Returns the output path.
     """
@@ -484,7 +540,7 @@ def write_updated_model(source_path, output_path, robot, result, mesh_dir=None) 
             f"{source_path} sets <compiler settotalmass>: MuJoCo would rescale every written mass; remove it first")
 
     parents = _parent_map(root)
-    estimator = result.estimate.method
+    estimator = result.config.estimator
     rmse = result.metrics.rmse
     for name in values:
         found = [b for b in root.iter("body") if b.get("name") == name]
@@ -499,7 +555,8 @@ def write_updated_model(source_path, output_path, robot, result, mesh_dir=None) 
         _set_inertial(body, values[name], indent)
         _comment_before(parent, body,
                         f"sysid_ros: body '{name}' identified (scope {result.scope}, estimator {estimator}), "
-                        f"torque RMSE {rmse:.6g} N m")
+                        f"torque RMSE {rmse:.6g} N m, verdict "
+                        f"{result.verdict.level if result.verdict is not None else 'none'}")
 
     source_dir = source_path.resolve().parent
     output_path.parent.mkdir(parents=True, exist_ok=True)

@@ -83,13 +83,21 @@ def _friction_lines(doc: dict) -> list:
 def format_result(result, document: dict) -> str:
     """The result table printed after an identification, as one string (no trailing newline).
 
+    The first line is the verdict with its first reason; a failed run says its numbers are
+    not to be used.
+
     ``result`` the IdentificationResult, ``document`` its params_document (with ``truth``
     and ``error`` sections when the true model was given). Units are in the headers.
     """
     doc = document
     truth, error = doc.get("truth"), doc.get("error")
-    lines = [f"Identification: scope {doc['scope']}, estimator {doc['estimator']}, "
-             f"{doc['n_samples']} samples, source {doc['source']}", ""]
+    reasons = doc.get("verdict_reasons") or []
+    lines = [f"Verdict: {doc['verdict'].upper()}" + (f": {reasons[0]}" if reasons else "")]
+    lines += [f"  also: {r}" for r in reasons[1:]]
+    if doc["verdict"] == "failed":
+        lines.append("  Do not use the numbers below: they are shown to diagnose the run.")
+    lines += [f"Identification: scope {doc['scope']}, estimator {doc['estimator']}, "
+              f"{doc['n_samples']} samples, source {doc['source']}", ""]
 
     merged = doc.get("merged_bodies") or []
     welded = f"; welded bodies merged: {', '.join(merged)}" if merged else ""
@@ -136,8 +144,8 @@ def format_result(result, document: dict) -> str:
     n_standard = len(result.column_names)
     summary = [
         ("base parameters", f"{doc['n_base_params']} (of {n_standard} standard parameters)"),
-        ("condition number", f"{_g(doc['condition_number'])} (columns scaled to unit norm: "
-                             f"{_g(doc['condition_number_scaled'])})"),
+        ("condition number", f"{_g(doc['condition_number'])} (columns scaled to unit norm; unscaled: "
+                             f"{_g(doc['condition_number_raw'])})"),
         ("torque RMSE [N m]", _g(doc["rmse"])),
         ("validation RMSE [N m]", _g(doc["validation_rmse"]) if doc["validation_rmse"] is not None
          else "n/a (no validation recording)"),
