@@ -43,12 +43,16 @@ grid points is shrunk toward rest until it does not) and scored again there; the
 returned, so the result is never worse than the best start, measured the same way.
 
 Why the condition-number search of issue 16 went astray on a heavily damped arm (UR10e: damping
-350 N m s/rad, force range 330 N m, so the shoulder cannot move faster than about 0.5 rad/s): its
-random starts ignored the torque limits (every one needed 2-3 times them), and its limits came
-from squashing the coordinates, y (1 + u^k)^(-1/k), whose derivative along the amplitude of a
-joint beyond its limits is (1 + u^k)^(-1 - 1/k), about 0.005: the torque constraint's gradient had
-no component that reduced the amplitude, SLSQP's linearised constraints were incompatible, and
-it returned the best point it met by chance, while the "best start" it reported was infeasible.
+350 N m s/rad, force range 330 N m, so the shoulder cannot move faster than about 0.5 rad/s),
+measured with that search's own code (commit 22bbc21): its random starts ignored the torque
+limits (five starts peaked at 1.9-2.7 times them on the first three joints); its position,
+velocity and acceleration limits came from squashing the coordinates, y (1 + u^k)^(-1/k), whose
+derivative along a joint's amplitude is 0.007-0.07 where the start's usage u exceeds 1 (0.5-1
+where it does not): the torque constraint's gradient had almost no component that reduced the
+amplitude, SLSQP's linearised constraints were incompatible, and it ended at whatever feasible
+point it had met by chance, which the final check then shrank toward rest; the "best start"
+it reported was the best of the infeasible starts, which no plan could reach. Here starts are
+scaled into every limit, the search works on x itself, and the result is the best finalist.
 """
 from __future__ import annotations
 
