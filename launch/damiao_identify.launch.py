@@ -11,6 +11,7 @@ identification use it. ``config`` holds the bus layout, gains and limits of ever
 start and disables them when it stops (Ctrl-C). Emergency stop from another terminal:
 ``ros2 service call /sysid/damiao/disable std_srvs/srv/Trigger``. With
 ``auto_identify:=true`` (default) the identifier runs when the excitation is done.
+``namespace:=arm1`` moves the three nodes and their names (``/arm1/sysid/start``, ...).
 ``effort_gains_file:=effort_gains.json`` (from ``sysid-calibrate-effort``) makes the published
 efforts true joint torques; ``ros2 service call /sysid/damiao/save_commands std_srvs/srv/Trigger``
 saves the commands sent into ``output_dir``.
@@ -28,6 +29,7 @@ def generate_launch_description():
     model = LaunchConfiguration("model")
     config = LaunchConfiguration("config")
     auto_identify = PythonExpression(["'", LaunchConfiguration("auto_identify"), "'.lower() in ('true', '1')"])
+    namespace = LaunchConfiguration("namespace")
 
     return LaunchDescription([
         DeclareLaunchArgument("model", default_value=PathJoinSubstitution(
@@ -35,8 +37,11 @@ def generate_launch_description():
         DeclareLaunchArgument("config", default_value=PathJoinSubstitution(
             [share, "config", "damiao_arm.yaml"]), description="bus layout, gains, limits, node parameters"),
         DeclareLaunchArgument("can_channel", default_value="can0", description="CAN interface of the arm"),
-        DeclareLaunchArgument("output_dir", default_value="sysid_output", description="params.json etc."),
-        DeclareLaunchArgument("auto_identify", default_value="true", description="identify when done"),
+        DeclareLaunchArgument("output_dir", default_value="sysid_output",
+                              description="directory of params.json, updated_model.xml and the figures"),
+        DeclareLaunchArgument("auto_identify", default_value="true",
+                              description="identify as soon as the excitation is done"),
+        DeclareLaunchArgument("namespace", default_value="", description="namespace of the three nodes"),
         # cautious defaults for a first run; the identification run wants 0.8 and 1.0
         DeclareLaunchArgument("amplitude_fraction", default_value="0.2",
                               description="share of each joint's half-range the excitation sweeps"),
@@ -44,16 +49,19 @@ def generate_launch_description():
         DeclareLaunchArgument("effort_gains_file", default_value="",
                               description="effort gain JSON of sysid-calibrate-effort (empty: reported efforts)"),
         Node(package="sysid_ros", executable="damiao_bridge", name="damiao_bridge", output="screen",
+             namespace=namespace,
              parameters=[config, {"can_channel": LaunchConfiguration("can_channel"),
                                   "effort_gains_file": LaunchConfiguration("effort_gains_file"),
                                   "command_log_dir": LaunchConfiguration("output_dir")}]),
         Node(package="sysid_ros", executable="trajectory_publisher", name="trajectory_publisher", output="screen",
+             namespace=namespace,
              parameters=[config, {"model": model,
                                   "amplitude_fraction": ParameterValue(LaunchConfiguration("amplitude_fraction"),
                                                                        value_type=float),
                                   "max_velocity": ParameterValue(LaunchConfiguration("max_velocity"),
                                                                  value_type=float)}]),
         Node(package="sysid_ros", executable="identifier", name="identifier", output="screen",
+             namespace=namespace,
              parameters=[config, {"model": model, "output_dir": LaunchConfiguration("output_dir"),
                                   "identify_on_done": auto_identify}]),
     ])

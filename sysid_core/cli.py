@@ -43,6 +43,8 @@ from .identification.actuator import (CommandLog, EffortGains, KnownPayload, app
 from .identification.filtering import FilterConfig, prepare
 from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
                                       predict_torque)
+from .identification.memory import FIXED_BYTES as _FIXED_BYTES, available_memory, memory_needed
+from .identification.memory import describe_bytes as _bytes
 from .identification.recording_files import STAMPS, read_recordings
 from .results.export import params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
@@ -226,12 +228,6 @@ _NUMERIC_OPTIONS = (
     ("noise_scale", "--noise-scale", 0.0, True),
     ("seed", "--seed", 0, True),
 )
-# peak memory of a run: per (sample x joint x identified parameter), the regressor and the
-# copies the estimators take of it (4.8 doubles measured on the OpenArm-class arm, terminal and
-# full scope alike, by tracemalloc from 30 to 60 s at 1 kHz), plus what does not grow with the
-# samples (about 100 MB there)
-_BYTES_PER_REGRESSOR_ENTRY = 5 * 8
-_FIXED_BYTES = 128 * 2 ** 20
 # what a replayed trajectory may differ from its own integrated derivatives, relative, in
 # units of the trapezoid rule's error (omega h)^2 / 12 at its frequency content: room for
 # harmonics well above that content
@@ -267,39 +263,6 @@ def check_size(robot, config: IdentificationConfig, duration: float, rate: float
         raise SysidError(f"{duration:g} s at {rate:g} Hz ({samples:.3g} samples of {robot.n_joints} joints, "
                          f"{len(column_names(robot, config))} parameters) needs about {_bytes(needed)} of memory "
                          f"to identify; this machine has {_bytes(available)} available: {remedy}")
-
-
-def memory_needed(robot, config: IdentificationConfig, samples: int) -> int:
-    """Peak bytes of identifying ``robot`` from ``samples`` samples with ``config`` (an estimate)."""
-    return samples * robot.n_joints * len(column_names(robot, config)) * _BYTES_PER_REGRESSOR_ENTRY + _FIXED_BYTES
-
-
-def available_memory() -> int | None:
-    """Bytes this process can still allocate: the kernel's MemAvailable, lowered to what a
-    cgroup (container) limit leaves; None where neither is known."""
-    limits = []
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    limits.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        top = Path("/sys/fs/cgroup")
-        cap = (top / "memory.max").read_text().strip()
-        if cap != "max":
-            limits.append(int(cap) - int((top / "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(limits) if limits else None
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.3g} {unit}"
-        n /= 1024
 
 
 def check_replayed_trajectory(plan, robot, path: Path) -> None:

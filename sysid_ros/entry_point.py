@@ -8,15 +8,22 @@ import sys
 import threading
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def spin_node(node_class, args=None, threads: int = 1) -> None:
-    """Run one node until shutdown; ``threads`` > 1 lets its callback groups run in parallel.
+def spin_node(node_class, args=None) -> int:
+    """Run one node until shutdown, or until its ``finished`` Future (if it has one) completes;
+    returns the process exit status: that Future's result, else 0.
 
-    A node whose constructor rejects its configuration (ValueError) ends the process with
+    One thread: rclpy's multi-threaded executor cannot keep up with a bursty 1 kHz
+    subscription (test/test_node_processes.py); a node with long work (the identifier) does it
+    in a thread of its own.
+
+    A node whose constructor rejects its configuration (ValueError, or rclpy refusing a parameter
+    override of the wrong type or value) ends the process with
     status 1 and the reason on one line, not a traceback; a Ctrl-C or SIGTERM during start-up
     ends it quietly, after the constructor's own clean-up. While the node is destroyed, further
     SIGINT/SIGTERM are ignored: pressing Ctrl-C twice must not cut a clean-up (the Damiao
@@ -33,19 +40,25 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
         interrupted = isinstance(err, (KeyboardInterrupt, ExternalShutdownException)) or not rclpy.ok()
         with _shutdown_signals_ignored():
             rclpy.try_shutdown()
-        if isinstance(err, ValueError):
+        # a rejected configuration: ValueError from the node, or a parameter of the wrong type
+        # (``-p duration:=10`` for a double) from rclpy
+        if isinstance(err, (ValueError, InvalidParameterTypeException, InvalidParameterValueException)):
             print(f"error: {err}", file=sys.stderr, flush=True)
             sys.exit(1)
         if interrupted:
-            return
+            return 0
         raise
     # what start-up built (models, plans, buffers) lives as long as the node: keep the
     # collector from scanning it again and again, pausing the node's timers each time
     gc.freeze()
-    executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
+    finished = getattr(node, "finished", None)
     try:
-        executor.spin()
+        if finished is None:
+            executor.spin()
+        else:
+            executor.spin_until_future_complete(finished)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -58,6 +71,7 @@ def spin_node(node_class, args=None, threads: int = 1) -> None:
             executor.shutdown()
             node.destroy_node()
             rclpy.try_shutdown()
+    return finished.result() if finished is not None and finished.done() else 0
 
 
 @contextlib.contextmanager

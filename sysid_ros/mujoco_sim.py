@@ -16,9 +16,14 @@ a joint holds the initial pose with the law and no feed-forward.
 The simulated arm is the model file as a real arm behaves (``sysid_core.simulation.plant_model``):
 its own actuators and contacts off, no gravcomp, the MuJoCo timestep chosen for ``rate_hz``.
 
-realtime: true steps on a wall timer at ``rate_hz`` (catching up a few late periods).
+realtime: true steps on a wall timer at ``rate_hz`` / ``steps_per_callback`` (catching up a
+few late periods), so each call publishes about ``steps_per_callback`` samples at once.
 realtime: false steps as fast as the executor allows and publishes ``/clock`` (it is
-published in both modes), so nodes with ``use_sim_time`` follow the simulation. The fast loop
+published in both modes), so nodes with ``use_sim_time`` follow the simulation. Once joint
+commands flow it never runs more than ``command_lead_s`` (sim time) ahead of the newest one:
+a commander in another process, following the clock, then keeps up instead of being left
+behind until its commands time out; after a second (wall time) without a new command it
+simulates on regardless (damping only, as on a timeout). The fast loop
 is a zero-period timer that runs ``steps_per_callback`` periods per call; between calls the
 executor serves every other ready entity, so services, parameters and the other nodes of the
 process stay responsive. rclpy's executor takes one message per subscription per wait
@@ -27,7 +32,21 @@ subscription of sim-time nodes) in step with the simulation: every round publish
 sample and every subscriber takes one. Larger values run the simulation ahead of them: they
 fall behind by steps_per_callback - 1 samples per round, follow a stale clock, and drop
 samples once their queues are full. Use them only when the consumers live in other
-processes and keep up.
+processes and keep up (or to reproduce the bursts in which a loaded machine delivers samples).
+
+Start: with ``wait_for_subscribers`` > 0 nothing is simulated or published until
+``joint_states`` has that many subscribers (matched), so a recorder that starts slowly still
+gets the first sample. Idle: when ``sysid/done`` turns true (the trajectory_publisher finished its excitation and
+holds the arm at rest) the simulation pauses, in both modes: no stepping, no ``joint_states``,
+no ``/clock``, no CPU. It resumes when ``sysid/done`` turns false (``sysid/start`` or
+``sysid/stop`` of the trajectory_publisher). Commands still in flight when the flag arrives
+are taken as usual; a node that commands the arm without publishing ``sysid/done`` never
+pauses it. ``published`` counts the JointStates sent; it is logged at each
+pause and at shutdown, to compare with what the recorders received.
+
+Names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/done``) except
+``/clock``, which ROS reads from the root: under a namespace, remap it (``-r /clock:=clock``
+for this node and every node following its time) so two simulations do not share one clock.
 
 rate_hz: when the model's timestep does not divide the control period, the plant integrates
 with the largest timestep that does (``sysid_core.simulation.simulation_timing``; logged).
@@ -41,9 +60,10 @@ from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool
 
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError, SysidError
@@ -55,6 +75,12 @@ from sysid_ros.entry_point import spin_node
 # the simulation gives up on the lost time (it runs slower than real time) instead of bursting.
 MAX_CATCH_UP = 20
 WARN_PERIOD_S = 5.0
+# JointStates the publisher keeps until every reliable subscriber acknowledged them: 1 s at
+# 1 kHz, so a subscriber process descheduled for a while on a loaded machine loses nothing
+STATE_DEPTH = 1000
+# realtime false: a commander silent this long (wall time) is not waited for any more
+COMMAND_WAIT_S = 1.0
+WATCH_PERIOD_S = 0.05  # s between checks of the subscribers and of the commander
 
 DEFAULT_NOISE = MeasurementNoise()  # the project's default measurement noise
 
@@ -86,6 +112,8 @@ class MujocoSim(Node):
         self.declare_parameter('seed', 0)
         self.declare_parameter('initial_positions', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('command_timeout_s', 0.1)
+        self.declare_parameter('command_lead_s', 0.005)
+        self.declare_parameter('wait_for_subscribers', 0)
 
         self.published = 0
         self.error = None
@@ -93,27 +121,40 @@ class MujocoSim(Node):
         self._periods = 0
         self._period_ns = 0
         self._timer = None
-        self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=100))
+        self.paused = False
+        self._done = None  # the last sysid/done seen; None: none yet
+        self._last_command_ns = None  # sim time (ns) of the newest command: its stamp, else its arrival
+        self._waiting_since = None  # wall time the fast loop began to wait for a command
+        self._free_running = False  # the commander went silent: do not wait for it
+        self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=STATE_DEPTH))
         self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
         self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
+        self.create_subscription(Bool, 'sysid/done', self._on_done,
+                                 QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
         try:
             self._setup()
         except (SysidError, ValueError) as exc:
             self._fail(f'not simulating: {exc}')
             return
         self._realtime = bool(self.get_parameter('realtime').value)
+        self._lead_ns = int(float(self.get_parameter('command_lead_s').value) * 1e9)
+        self._subscribers = int(self.get_parameter('wait_for_subscribers').value)
+        # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self._realtime:
-            # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
-            self._wall_start = time.monotonic()
-            self._timer = self.create_timer(self._period_ns * 1e-9, self._on_wall_timer,
-                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+            self._timer = self.create_timer(self._period_ns * self._steps_per_callback * 1e-9, self._on_wall_timer,
+                                            clock=steady)
         else:
-            self._timer = self.create_timer(0.0, self._on_fast_timer,
-                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+            self._timer = self.create_timer(0.0, self._on_fast_timer, clock=steady)
+        self._timer.cancel()
+        self._started = False
+        self.create_timer(WATCH_PERIOD_S, self._on_watch, clock=steady)
+        self._on_watch()
         self.get_logger().info(
             f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self._period_ns:g} Hz, "
             f"{'MIT law' if self.kp is not None else 'computed-torque feedback'}, "
-            f"{'real time' if self._realtime else 'as fast as possible'}; {self._timing.describe()}")
+            f"{'real time' if self._realtime else 'as fast as possible'}; {self._timing.describe()}"
+            + (f"; starts when joint_states has {self._subscribers} subscribers" if not self._started else ""))
 
     @property
     def sim_time(self) -> float:
@@ -208,17 +249,74 @@ class MujocoSim(Node):
 
     def _fail(self, message: str):
         self.error = message
+        self._waiting_since = None
         self.get_logger().error(message)
         if self._timer is not None:
             self._timer.cancel()
 
     # --- callbacks --------------------------------------------------------------------------
 
+    def _on_watch(self):
+        """Start once the subscribers are there; stop waiting for a commander that went silent."""
+        if not self._started:
+            if self._state_pub.get_subscription_count() < self._subscribers:
+                return
+            self._started = True
+            self._wall_start = time.monotonic()
+            self._timer.reset()
+            if self._subscribers:
+                self.get_logger().info(f'{self._subscribers} subscribers on {self._state_pub.topic_name}: '
+                                       'simulation started')
+        elif self._waiting_since is not None and time.monotonic() - self._waiting_since > COMMAND_WAIT_S:
+            self._free_running = True
+            self._waiting_since = None
+            self._timer.reset()
+            self.get_logger().warning(f'no new joint command for {COMMAND_WAIT_S:g} s (wall time): simulating '
+                                      'on without waiting for one')
+
+    def _ahead_of_commands(self) -> bool:
+        """realtime false: whether the next period would run more than command_lead_s past the newest command."""
+        return (self._lead_ns > 0 and self._last_command_ns is not None and not self._free_running
+                and (self._periods + 1) * self._period_ns - self._last_command_ns > self._lead_ns)
+
+    def _on_done(self, msg: Bool):
+        # a transition, not a stale latched flag: a sim started after a finished run still runs
+        finished = msg.data and self._done is False
+        self._done = msg.data
+        if finished:
+            self._pause('the excitation is done')
+        elif not msg.data:
+            self._resume('a new run starts')
+
+    def _pause(self, why: str):
+        if self.paused or self._timer is None or self.error is not None:
+            return
+        self.paused = True
+        self._waiting_since = None
+        self._timer.cancel()
+        self.get_logger().info(f'{why}: simulation paused at {self.sim_time:.3f} s (sim time) after publishing '
+                               f'{self.published} joint states; it resumes when sysid/done turns false')
+
+    def _resume(self, why: str):
+        if not self.paused or self.error is not None:
+            return
+        self.paused = False
+        if self._realtime:  # the paused wall time is not simulated afterwards
+            self._wall_start = time.monotonic() - self._periods * self._period_ns * 1e-9
+        self._timer.reset()
+        self.get_logger().info(f'{why}: simulation resumed')
+
     def _on_command(self, msg: JointState):
         command = self._command_arrays(msg)
         if command is None:
             return
         joints, q_des, dq_des, tau_ff = command
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self._last_command_ns = stamp or self._periods * self._period_ns
+        self._free_running = False
+        if self._waiting_since is not None:
+            self._waiting_since = None
+            self._timer.reset()
         self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
         self._commanded_at[joints] = self._periods * self._period_ns
         if self._timed_out:
@@ -227,12 +325,16 @@ class MujocoSim(Node):
 
     def _on_fast_timer(self):
         for _ in range(self._steps_per_callback):
+            if self._ahead_of_commands():  # the next command wakes the loop
+                self._waiting_since = time.monotonic()
+                self._timer.cancel()
+                return
             if not self._advance():
                 return
 
     def _on_wall_timer(self):
         due = int((time.monotonic() - self._wall_start) * 1e9) // self._period_ns + 1 - self._periods
-        if due > MAX_CATCH_UP:
+        if due > max(MAX_CATCH_UP, 2 * self._steps_per_callback):
             self.get_logger().warning(f'{due} control periods late: dropping the lost time (the simulation '
                                       'runs slower than real time)', throttle_duration_sec=WARN_PERIOD_S)
             self._wall_start += (due - 1) * self._period_ns * 1e-9
@@ -284,8 +386,17 @@ class MujocoSim(Node):
         self.published += 1
 
 
+    def destroy_node(self):
+        destroyed = super().destroy_node()
+        # after destruction: the log then goes to the console only, not to a rosout publisher
+        # whose context a Ctrl-C has already shut down
+        if self._period_ns:
+            self.get_logger().info(f'published {self.published} joint states over {self.sim_time:.3f} s (sim time)')
+        return destroyed
+
+
 def main(args=None):
-    spin_node(MujocoSim, args)
+    return spin_node(MujocoSim, args)
 
 
 if __name__ == '__main__':

@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import rclpy
 import yaml
 from rclpy.executors import SingleThreadedExecutor
@@ -188,8 +187,8 @@ class _DamiaoSource:
 def simulate_and_identify(args) -> Outcome:
     """Run the graph described by the parsed command line ``args``; see the module docstring."""
     truth_path = args.truth_model or args.model
-    truth = load_robot(truth_path)
-    load_robot(args.model)  # a bad nominal model is an argument error, before anything starts
+    for path in (truth_path, args.model):  # a bad model is an argument error, before anything starts
+        load_robot(path)
     damiao = getattr(args, "damiao", False)
     sections = _sections(args.config, args.model, "_damiao" if damiao else "")
     sim_time = not (args.realtime or damiao)
@@ -198,8 +197,11 @@ def simulate_and_identify(args) -> Outcome:
     nodes = [
         TrajectoryPublisher(parameter_overrides=_overrides(sections, "trajectory_publisher", {
             "model": str(args.model), "duration": args.duration, "use_sim_time": sim_time})),
+        # the identifier needs no clock: the samples carry their stamps; mujoco_sim's data come
+        # from MuJoCo's forward simulation (the virtual Damiao arm's steps are its own)
         Identifier(parameter_overrides=_overrides(sections, "identifier", {
-            "model": str(args.model), "output_dir": str(args.output_dir), "use_sim_time": sim_time})),
+            "model": str(args.model), "truth_model": str(truth_path), "output_dir": str(args.output_dir),
+            "simulated_physics": not damiao})),
     ]
     identifier = nodes[1]
     # the arm last: the bridge enables the motors, and their feedback loop should start spinning at once
@@ -214,14 +216,14 @@ def simulate_and_identify(args) -> Outcome:
     client = Node("sysid_sim_identify")
     state = {"done": False, "progress": -1}
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    client.create_subscription(Bool, "/sysid/done", lambda msg: state.update(done=msg.data), latched)
+    client.create_subscription(Bool, "sysid/done", lambda msg: state.update(done=msg.data), latched)
 
     def on_progress(msg):
         tenth = int(msg.data * 10)
         if tenth > state["progress"]:
             state["progress"] = tenth
             print(f"  excitation: {msg.data:4.0%}", flush=True)
-    client.create_subscription(Float32, "/sysid/progress", on_progress, 10)
+    client.create_subscription(Float32, "sysid/progress", on_progress, 10)
 
     # the objects built so far live until the end: a full collection scanning them stalls every
     # node (and the emulated motors) for tens of milliseconds
@@ -244,24 +246,33 @@ def simulate_and_identify(args) -> Outcome:
         counts = dict(published=source.published, received=identifier.received, recorded=identifier.stored,
                       simulated_s=source.simulated_s, wall_s=wall)
 
-        trigger = client.create_client(Trigger, "/sysid/identify")
+        trigger = client.create_client(Trigger, "sysid/identify")
         if not trigger.wait_for_service(timeout_sec=10.0):
-            return Outcome("/sysid/identify is not available", **counts)
+            return Outcome(f"{trigger.srv_name} is not available", **counts)
         future = trigger.call_async(Trigger.Request())
         if not _spin_until(executor, future.done, deadline):
-            return Outcome("/sysid/identify did not answer in time", **counts)
+            return Outcome(f"{trigger.srv_name} did not answer in time", **counts)
         response = future.result()
         if not response.success:
-            return Outcome(response.message, **counts)
+            return Outcome(_failure(response.message), **counts)
         summary = json.loads(response.message)
-        true_body = truth.nominal_parameters[truth.body_names.index(summary["terminal_body"])]
-        return Outcome(None, summary=summary, report=identifier.last_report, truth_mass=float(true_body[0]),
-                       truth_com=tuple(true_body[1:4] / true_body[0]), **counts)
+        return Outcome(None, summary=summary, report=identifier.last_report, truth_mass=summary["truth"]["mass"],
+                       truth_com=tuple(summary["truth"]["center_of_mass"]), **counts)
     finally:
         executor.shutdown()
         for node in nodes + [client]:
             node.destroy_node()
         source.stop()
+
+
+def _failure(message: str) -> str:
+    """One line from a failed identify answer: its reason, or the verdict of the result summary."""
+    try:
+        summary = json.loads(message)
+    except ValueError:
+        return message
+    reasons = summary.get("updated_model_error") or "; ".join(summary["verdict_reasons"])
+    return f"identification verdict {summary['verdict']}, no model written: {reasons}"
 
 
 def _print(outcome: Outcome, args) -> None:
@@ -273,12 +284,11 @@ def _print(outcome: Outcome, args) -> None:
     if outcome.error is not None:
         print(f"error: {outcome.error}", file=sys.stderr)
         return
-    mass = outcome.summary["mass"]
-    com_error = np.linalg.norm(np.array(outcome.summary["center_of_mass"]) - outcome.truth_com)
+    mass, truth = outcome.summary["mass"], outcome.summary["truth"]
     print(outcome.report)
     print(f"\nTruth ({(args.truth_model or args.model).name}): mass {outcome.truth_mass:.4f} kg, identified "
           f"{mass:.4f} kg ({100 * (mass - outcome.truth_mass) / outcome.truth_mass:+.2f} %); "
-          f"centre of mass error {1000 * com_error:.2f} mm")
+          f"centre of mass error {truth['com_error_mm']:.2f} mm")
     print(f"Results in {args.output_dir}/")
 
 

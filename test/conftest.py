@@ -1,4 +1,6 @@
 """Shared fixtures: paths of the bundled and test models; an isolated ROS 2 domain."""
+import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -38,3 +40,26 @@ def context():
     rclpy.init(context=ctx)
     yield ctx
     rclpy.shutdown(context=ctx)
+
+
+@pytest.fixture
+def log_of(caplog):
+    """``with log_of(name, level):`` captures logger ``name``'s records into ``caplog``.
+
+    pytest's handler is put on that logger itself, which stops propagating meanwhile: in a ROS
+    workspace ``launch`` (imported by launch_testing's pytest plugin) installs a logger class
+    whose loggers never propagate to the root logger, where caplog listens by default.
+    """
+    @contextlib.contextmanager
+    def capture(name: str, level: int):
+        logger = logging.getLogger(name)
+        propagate = logger.propagate
+        with caplog.at_level(level, logger=name):
+            logger.addHandler(caplog.handler)
+            logger.propagate = False
+            try:
+                yield caplog
+            finally:
+                logger.removeHandler(caplog.handler)
+                logger.propagate = propagate
+    return capture

@@ -622,11 +622,11 @@ def test_construction_argument_errors(model):
 HUGE = MotorLimits(12.5, 30.0, 1e9)    # a torque range no drive has: drives MuJoCo unstable
 
 
-def test_divergence_sets_error_zeroes_torque_and_raises(rig, caplog):
+def test_divergence_sets_error_zeroes_torque_and_raises(rig, caplog, log_of):
     r = rig(motors=openarm_motors(m6=dict(limits=HUGE)))
     r.enable(6)
     r.mit(6, MitCommand(0.0, 0.0, 0.0, 0.0, 1e9), limits=HUGE)
-    with caplog.at_level(logging.ERROR, logger="sysid_core.damiao.emulator"), \
+    with log_of("sysid_core.damiao.emulator", logging.ERROR), \
             mujoco_warnings(), pytest.raises(RuntimeError, match="diverged"):
         r.arm.advance(0.01)
     assert "diverged" in r.arm.error and "diverged" in caplog.text
@@ -635,12 +635,12 @@ def test_divergence_sets_error_zeroes_torque_and_raises(rig, caplog):
         r.arm.poll()
 
 
-def test_divergence_in_the_thread_stops_replies(model, caplog):
+def test_divergence_in_the_thread_stops_replies(model, caplog, log_of):
     channel = f"emu-{uuid.uuid4().hex}"
     host = can.Bus(interface="virtual", channel=channel)
     arm = VirtualDamiaoArm(model, openarm_motors(m6=dict(limits=HUGE)), channel=channel)
     try:
-        with caplog.at_level(logging.ERROR, logger="sysid_core.damiao.emulator"), mujoco_warnings():
+        with log_of("sysid_core.damiao.emulator", logging.ERROR), mujoco_warnings():
             arm.start()
             host.send(can.Message(arbitration_id=7, data=dm.enable_frame(), is_extended_id=False))
             assert host.recv(timeout=REPLY_WAIT) is not None
@@ -726,7 +726,7 @@ def test_realtime_thread_idles_between_steps(model):
     assert arm.stats()["steps"] > 0
 
 
-def test_an_exception_in_the_thread_is_recorded_and_logged(model, caplog):
+def test_an_exception_in_the_thread_is_recorded_and_logged(model, caplog, log_of):
     channel = f"emu-{uuid.uuid4().hex}"
     host = can.Bus(interface="virtual", channel=channel)
     arm = VirtualDamiaoArm(model, openarm_motors(), channel=channel)
@@ -736,7 +736,7 @@ def test_an_exception_in_the_thread_is_recorded_and_logged(model, caplog):
 
     arm._handle_command = broken      # white box: stands for any bug in frame handling
     try:
-        with caplog.at_level(logging.ERROR, logger="sysid_core.damiao.emulator"):
+        with log_of("sysid_core.damiao.emulator", logging.ERROR):
             arm.start()
             host.send(can.Message(arbitration_id=1, data=dm.enable_frame(), is_extended_id=False))
             deadline = time.monotonic() + 2.0

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -212,6 +214,23 @@ def test_terminal_with_welded_payload_keeps_payload_inertial(tmp_path):
     for name in robot.body_names[:-1]:
         np.testing.assert_allclose(updated.nominal_parameters[updated.body_names.index(name)],
                                    robot.nominal_parameters[robot.body_names.index(name)], atol=1e-12)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_get_the_permissions_of_the_users_umask(tmp_path, umask):
+    robot = load_robot(PANDA_PAYLOAD)
+    result = make_result(robot, body_parameters=robot.nominal_parameters.copy())
+    previous = os.umask(umask)
+    try:
+        write_params_json(tmp_path / "params.json", {"mass": 1.0})
+        write_updated_model(PANDA_PAYLOAD, tmp_path / "updated_model.xml", robot, result)
+        (tmp_path / "plain.txt").write_text("")  # what open() creates: the oracle
+    finally:
+        os.umask(previous)
+    expected = stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+    assert expected == 0o666 & ~umask
+    for name in ("params.json", "updated_model.xml"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == expected, name
 
 
 def test_updated_model_preserves_everything_else(tmp_path):

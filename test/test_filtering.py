@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from scipy import signal
 
 from sysid_core.errors import DataError
-from sysid_core.identification.filtering import MAX_GAP_PERIODS, FilterConfig, derivative, lowpass, prepare, resample_uniform
+from sysid_core.identification.filtering import (MAX_GAP_PERIODS, FilterConfig, derivative, lowpass, missing_samples,
+                                                 prepare, resample_uniform)
 from sysid_core.identification.recording import Recording
 
 RATE = 1000.0
@@ -176,11 +177,27 @@ def test_stretches_too_short_to_filter_are_dropped():
         prepare(short)
 
 
-def test_a_few_lost_samples_are_bridged():
+def test_a_few_lost_samples_are_bridged_and_only_measured_samples_kept():
     time = np.delete(np.arange(2001) / RATE, [700, 701])
     rec, _ = _noisy_recording(time=time)
-    assert 3 < MAX_GAP_PERIODS
-    assert prepare(rec).n_samples == 2001 - 2 * round(FilterConfig().trim_s * RATE)
+    assert 3 < MAX_GAP_PERIODS and missing_samples(time) == 2
+    out = prepare(rec)
+    # the filters run across the hole; the rows are the measured samples, none interpolated
+    trim = FilterConfig().trim_s
+    np.testing.assert_allclose(out.time, time[(time >= trim - 1e-9) & (time <= time[-1] - trim + 1e-9)], atol=1e-9)
+    _, _, ddq = _sines(out.time)
+    assert np.abs(out.ddq - ddq).max() < 0.02 * np.abs(ddq).max()
+
+
+def test_jittered_stamps_lose_no_rows_and_count_no_missing_sample():
+    time = _jittered_time(4.0, 0.4, seed=5)  # a timer late by up to 0.4 periods
+    assert missing_samples(time) == 0
+    assert missing_samples(np.delete(time, [10, 11, 12, 2000])) == 4
+    rec, _ = _noisy_recording(time=time)
+    out = prepare(rec)
+    grid = resample_uniform(rec).time
+    trim = round(FilterConfig().trim_s * RATE)
+    np.testing.assert_array_equal(out.time, grid[trim:grid.size - trim])
 
 
 def test_too_few_samples_raise():

@@ -18,6 +18,7 @@ pytest.importorskip("launch_ros")
 
 import launch  # noqa: E402
 import launch_testing.actions  # noqa: E402
+import launch_testing.asserts  # noqa: E402
 import rclpy  # noqa: E402
 from launch.actions import IncludeLaunchDescription  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
@@ -63,7 +64,15 @@ class TestSimIdentify(unittest.TestCase):
             document = json.loads(results[-1])
             truth_mass = 0.25 + 0.5  # link7 + payload of openarm_class_payload.xml
             self.assertLess(abs(document["mass"] - truth_mass) / truth_mass, 0.03)
+            self.assertNotEqual(document["verdict"], "failed", document["verdict_reasons"])
             self.assertTrue((OUTPUT / "params.json").is_file())
             self.assertTrue((OUTPUT / "updated_model.xml").is_file())
         finally:
             rclpy.shutdown()
+
+
+@launch_testing.post_shutdown_test()
+class TestCleanShutdown(unittest.TestCase):
+
+    def test_every_node_ends_cleanly_on_shutdown(self, proc_info):
+        launch_testing.asserts.assertExitCodes(proc_info)

@@ -445,3 +445,67 @@ def test_a_published_arm_is_simulated_as_a_plant(harness):
     assert sim.error is None
     # no feed-forward yet: the computed-torque hold sags under the arm's weight by M^-1 g / w^2 only
     assert np.abs(sim._data.qpos - home).max() < 0.01
+
+
+def _published_during(harness, sim, seconds: float) -> int:
+    before = sim.published
+    harness.spin_until(lambda: False, timeout=seconds)
+    return sim.published - before
+
+
+def test_pauses_when_the_excitation_is_done_and_resumes_on_a_new_run(harness):
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    done = probe.create_publisher(Bool, "sysid/done", QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    # a finished run's latched flag, seen first, does not pause a simulator started after it
+    done.publish(Bool(data=True))
+    sim = _sim(harness)
+    harness.wait_matched(done)
+    assert harness.spin_until(lambda: sim._done is True)
+    assert _published_during(harness, sim, 0.3) > 0 and not sim.paused
+
+    for flag in (False, True):  # a run starts, then ends
+        done.publish(Bool(data=flag))
+        assert harness.spin_until(lambda: sim._done is flag)
+    assert sim.paused
+    stopped_at = sim.sim_time
+    assert _published_during(harness, sim, 0.5) == 0 and sim.sim_time == stopped_at
+
+    done.publish(Bool(data=False))  # sysid/start of the next run
+    assert harness.spin_until(lambda: not sim.paused)
+    assert _published_during(harness, sim, 0.3) > 0
+
+
+def test_waits_for_its_subscribers_then_publishes_from_the_first_sample(harness):
+    sim = _sim(harness, wait_for_subscribers=1)
+    harness.spin_until(lambda: False, timeout=0.5)
+    assert sim.published == 0 and sim.sim_time == 0.0
+    listener = harness.add(Node(f"listener_{next(_names)}", context=harness.context))
+    stamps = []
+    listener.create_subscription(JointState, "joint_states", lambda m: stamps.append(_seconds(m.header.stamp)),
+                                 BIG_QUEUE)
+    assert harness.spin_until(lambda: len(stamps) >= 100)
+    assert stamps[0] == pytest.approx(1e-3)  # the first period's sample, not a later one
+
+
+def test_fast_sim_keeps_within_command_lead_of_its_commander(harness):
+    lead = 0.005
+    probe = harness.add(Node(f"probe_{next(_names)}", context=harness.context))
+    command_pub = probe.create_publisher(JointState, "sysid/joint_command", 10)
+    sim = _sim(harness, command_lead_s=lead)
+    harness.wait_matched(command_pub)
+    assert harness.spin_until(lambda: sim.sim_time >= 0.05)
+
+    def command(seconds: float):
+        msg = JointState(name=list(sim.joint_names), position=sim._data.qpos.tolist())
+        msg.header.stamp = Time(sec=int(seconds), nanosec=round(seconds % 1 * 1e9))
+        command_pub.publish(msg)
+
+    for _ in range(3):  # a commander that sends once per call: the simulation waits for it each time
+        stamp = sim.sim_time
+        command(stamp)
+        assert harness.spin_until(lambda: sim.sim_time > stamp)
+        harness.spin_until(lambda: False, timeout=0.3)
+        assert stamp < sim.sim_time <= stamp + lead + 1.5e-3
+    # a commander silent for a second (wall time) is not waited for any more
+    waiting = sim.sim_time
+    assert harness.spin_until(lambda: sim.sim_time > waiting + 0.2, timeout=3.0)

@@ -129,6 +129,30 @@ def uniform_sample_rate(time) -> float:
     return 1.0 / period
 
 
+def missing_samples(time) -> int:
+    """How many samples a recording stamped by a steady timer lacks: time (N,) s, increasing.
+
+    Each interval of about k median periods (k >= 2) holds k - 1 lost samples; exact while the
+    timer's jitter stays under half a period. Meaningless for receive-time stamps (a batch of
+    messages arrives at once, then nothing).
+    """
+    time = np.asarray(time, dtype=float)
+    if time.shape[0] < 3:
+        return 0
+    dt = np.diff(time)
+    periods = np.rint(dt / np.median(dt))
+    return int(np.sum(periods[periods >= 2] - 1))
+
+
+def _measured(grid: np.ndarray, time: np.ndarray, period: float) -> np.ndarray:
+    """(M,) bool: the grid points with a measured sample nearer than 3/4 of a period. Jitter
+    under half a period keeps every grid point that near one; a hole of lost samples leaves the
+    points inside it alone."""
+    after = np.clip(np.searchsorted(time, grid), 1, time.size - 1)
+    nearest = np.minimum(np.abs(time[after] - grid), np.abs(grid - time[after - 1]))
+    return nearest < 0.75 * period
+
+
 def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERIODS) -> Recording:
     """``recording`` linearly interpolated onto a uniform grid at its median sample spacing.
 
@@ -187,11 +211,13 @@ def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:
 class _Stretch:
     """A stretch between gaps of lost samples, on its uniform grid: ``raw`` the recorded rows (a
     view of the recording), ``grid`` (M,) s the grid's time stamps (None: the recorded stamps
-    are uniform and the rows are the grid), ``rate`` Hz the grid's sample rate."""
+    are uniform and the rows are the grid), ``rate`` Hz the grid's sample rate, ``measured``
+    (M,) bool the grid points with a recorded sample near them (None: all of them)."""
 
     raw: Recording
     grid: np.ndarray | None
     rate: float
+    measured: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -218,7 +244,7 @@ def _stretches(recording: Recording, config: FilterConfig) -> list:
             out.append(_Stretch(raw, None, uniform_sample_rate(raw.time)))
         else:
             grid = raw.time[0] + own * np.arange(int(np.floor((raw.time[-1] - raw.time[0]) / own + 1e-9)) + 1)
-            out.append(_Stretch(raw, grid, uniform_sample_rate(grid)))
+            out.append(_Stretch(raw, grid, uniform_sample_rate(grid), _measured(grid, raw.time, own)))
     return out
 
 
@@ -248,18 +274,24 @@ def _padlen(config: FilterConfig) -> int:
     return 3 * (2 * ((int(config.order) + 1) // 2) + 1)
 
 
-def _kept(stretch: _Stretch, config: FilterConfig) -> range:
-    """The grid points of ``stretch`` that become rows: ``trim_s`` dropped at each end, every
-    ``decimation``-th kept; none when the stretch is too short to filter."""
+def _kept(stretch: _Stretch, config: FilterConfig):
+    """The grid points of ``stretch`` that become rows (a range, or an index array where some
+    grid points lie in a hole of lost samples): ``trim_s`` dropped at each end, every
+    ``decimation``-th kept, only measured ones; none when the stretch is too short to filter.
+    The filters bridge a short hole; the regression never sees an interpolated sample."""
     if stretch.raw.ddq is None and stretch.size <= _padlen(config):
         return range(0)
     trim = int(round(config.trim_s * stretch.rate))
-    return range(trim, stretch.size - trim, config.decimation)
+    kept = range(trim, stretch.size - trim, config.decimation)
+    if stretch.measured is None or stretch.measured[trim:stretch.size - trim].all():
+        return kept
+    kept = np.arange(kept.start, kept.stop, kept.step)
+    return kept[stretch.measured[kept]]
 
 
-def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows: range, margin: int) -> tuple:
+def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -> tuple:
     """time, q, dq, ddq, tau (each (len(rows), ...)) at the grid points ``rows`` (a range with
-    a step) of the stretch through the filters: the grid points [first - margin, last + margin]
+    a step, or an increasing index array) of the stretch through the filters: the grid points [first - margin, last + margin]
     are filtered, the true ends of the stretch padded like ``lowpass`` does, so the rows equal
     those of filtering the whole stretch at once (to round-off: the margin outlasts every
     transient)."""
@@ -274,7 +306,7 @@ def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows: range, margin:
         q, tau = smooth(q), smooth(tau)
         dq = derivative(q, stretch.rate) if config.velocity_from_position else smooth(dq)
         ddq = smooth(derivative(dq, stretch.rate))
-    pick = slice(first - a, stop - a, rows.step)
+    pick = slice(first - a, stop - a, rows.step) if isinstance(rows, range) else rows - a
     return tuple(np.asarray(x, dtype=float)[pick] for x in (time, q, dq, ddq, tau))
 
 
@@ -336,9 +368,11 @@ def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Reco
 
     With ``config.resample`` (the default) the recording may come from a driver: it is cut
     at every interval longer than MAX_GAP_PERIODS median periods (lost samples), each stretch
-    is resampled onto a uniform grid if its stamps jitter (``resample_uniform``) and filtered
-    on its own, and the stretches are joined (each row of the regression stands alone, so
-    nothing ties neighbouring rows together). Stretches too short to filter are dropped.
+    is resampled onto a uniform grid if its stamps jitter or a few samples are missing
+    (``resample_uniform``) and filtered on its own, and the stretches are joined (each row of
+    the regression stands alone, so nothing ties neighbouring rows together). Only grid points
+    where a sample was measured become rows: the filters bridge a short hole, the regression
+    never sees an interpolated sample. Stretches too short to filter are dropped.
     Without it, non-uniform stamps raise DataError. DataError too when fewer than
     MIN_SAMPLES samples remain. ``quality_notes`` carried. The rows are those of
     ``prepared_blocks``, joined (for long recordings, iterate over those instead).

@@ -269,11 +269,21 @@ def params_document(result, robot, source: str, truth=None, payload_frame: str |
     return doc
 
 
+def _temporary_file(directory: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """mkstemp in ``directory``, with the permissions a file created by open() gets (0666
+    minus the umask) instead of mkstemp's 0600: it replaces the result file under its name."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+    umask = os.umask(0o022)  # the only way to read it; set back at once
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, tmp
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory, so readers
     never see a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary_file(path.parent, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -570,7 +580,7 @@ def write_updated_model(source_path, output_path, robot, result, mesh_dir=None) 
     encoded = text.encode(encoding, errors="xmlcharrefreplace")
     # Check the copy where it will live (relative paths resolve the same) before it
     # replaces anything: a failed check leaves no file behind.
-    fd, tmp = tempfile.mkstemp(dir=output_path.parent, prefix=f".{output_path.stem}.", suffix=".xml")
+    fd, tmp = _temporary_file(output_path.parent, f".{output_path.stem}.", ".xml")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(encoded)
