@@ -33,8 +33,8 @@ cores (one search of up to the time limit per arm, scope and design seed): ``--a
 so that a run can be split or repeated.
 
 Run: ``.venv/bin/python bench/excitation_quality.py [--arms ur10e iiwa14] [--seeds 10]
-[--design-seeds 10] [--scopes terminal full] [--time-limit 60] [--criteria payload d_optimal condition]
-[--cache /tmp/excitation_designs]``.
+[--design-seeds 10] [--scopes terminal full] [--time-limit 60] [--criteria default condition]
+[--cache /tmp/excitation_designs] [--information]``.
 """
 from __future__ import annotations
 
@@ -57,11 +57,12 @@ from sysid_core.dynamics.model import load_robot  # noqa: E402
 from sysid_core.dynamics.joint_physics import MujocoPhysics  # noqa: E402
 from sysid_core.excitation.design import (TORQUE_USAGE, default_criterion, optimize_excitation,  # noqa: E402
                                           regressor_condition, slow_to_torque_limits)
+from sysid_core.excitation.criteria import CRITERIA  # noqa: E402
 from sysid_core.excitation.trajectory import Trajectory  # noqa: E402
 from sysid_core.excitation.multistart import search_workers  # noqa: E402
 from sysid_core.excitation.multisine import multisine  # noqa: E402
 from sysid_core.identification.identify import (IdentificationConfig, base_regressor, column_names,  # noqa: E402
-                                                identify, model_parameter_vector)
+                                                identify, model_parameter_vector, structural_base_parameters)
 from sysid_core.identification.recording import Recording  # noqa: E402
 from sysid_core.simulation import MeasurementNoise, ideal_recording, simulation_timing  # noqa: E402
 
@@ -126,6 +127,33 @@ def base_error(robot, truth, config, result, scale) -> float:
     return float(np.linalg.norm(scale * (result.estimate.values - beta)) / np.linalg.norm(scale * beta))
 
 
+def predicted_errors(robot, truth, config, plan, noise_std, theta_true, link, scale) -> tuple:
+    """What ``payload_errors`` (terminal scope) or ``base_error`` (full scope) should be about, from
+    the information in ``plan`` alone (Cramer-Rao): the standard deviations of least squares on
+    every sample of ``plan`` with white torque noise of ``noise_std`` N m (no filter, no model
+    error). Terminal scope: (sd of the mass / payload mass, 1000 |sd of h| / terminal body's mass
+    (mm, the CoM's), |sd of the inertia entries| (Frobenius) / |payload's inertia at its CoM|), a
+    parameter that is not a base column of its own counted as 0; full scope: (sqrt(tr(S C S)) /
+    ||S beta||,), C the base parameters' covariance."""
+    base = structural_base_parameters(robot, config)
+    columns, _ = base_regressor(robot, config, plan.q, plan.dq, plan.ddq, base=base)
+    flat = columns.reshape(-1, columns.shape[-1])
+    cov = noise_std ** 2 * np.linalg.inv(flat.T @ flat)
+    if config.scope == "full":
+        beta = base.projection @ model_parameter_vector(truth, column_names(robot, config))
+        return (float(np.sqrt(np.sum(np.diag(cov) * scale ** 2)) / np.linalg.norm(scale * beta)),)
+    prefix = robot.terminal_body + "."
+    variance = {name[len(prefix):]: cov[k, k] for k, name in enumerate(base.names) if name.startswith(prefix)}
+
+    def sd(keys, weights=None):
+        weights = weights or [1.0] * len(keys)
+        return float(np.sqrt(sum(w * variance.get(k, 0.0) for k, w in zip(keys, weights))))
+    true = to_com_inertia(theta_true - link)
+    inertia = sd(["Ixx", "Ixy", "Ixz", "Iyy", "Iyz", "Izz"], [1, 2, 2, 1, 2, 1])  # off-diagonals twice
+    return (sd(["m"]) / true.mass, 1000.0 * sd(["hx", "hy", "hz"]) / theta_true[0],
+            inertia / float(np.linalg.norm(true.inertia)))
+
+
 def column_scale(robot, config, seed: int = 0) -> np.ndarray:
     """Each base column's RMS on random states within the joint ranges (2 rad/s, 10 rad/s^2)."""
     gen = np.random.default_rng(seed)
@@ -158,11 +186,13 @@ def main(argv=None) -> int:
     parser.add_argument("--noise-scale", type=float, default=3.0, help="times the default 0.02 N m (default 3)")
     parser.add_argument("--torques", choices=("mujoco", "model"), default="mujoco",
                         help="truth torques: MuJoCo's inverse dynamics (default) or the identification model's")
-    parser.add_argument("--criteria", nargs="+", default=None,
-                        help="optimizer criteria to compare (default: the scope's default criterion)")
+    parser.add_argument("--criteria", nargs="+", default=["default"], choices=("default",) + CRITERIA,
+                        help="optimizer criteria to compare; 'default' is the scope's default criterion (the default)")
     parser.add_argument("--workers", type=int, default=None,
                         help="optimizer processes, 1 or 2 (default: search_workers, as the CLI)")
     parser.add_argument("--conditioning-only", action="store_true", help="condition numbers only, no identification")
+    parser.add_argument("--information", action="store_true",
+                        help="also the errors the plans' information predicts (Cramer-Rao, predicted_errors)")
     parser.add_argument("--cache", type=Path, default=None, help="directory keeping the optimized designs")
     parser.add_argument("--verbose", action="store_true", help="print every seed's figures")
     args = parser.parse_args(argv)
@@ -188,11 +218,12 @@ def main(argv=None) -> int:
             config = IdentificationConfig(scope=scope, joint_model=JointModel(("coulomb", "viscous")), estimator="wls")
             fit_config = replace(config, physics=physics)
             scale = column_scale(robot, config)
-            criteria = args.criteria or [default_criterion(config)]
-            criteria = [c for c in criteria if not (c == "payload" and scope == "full")]
+            criteria = [default_criterion(config) if c == "default" else c for c in args.criteria]
+            criteria = list(dict.fromkeys(c for c in criteria if not (c == "payload" and scope == "full")))
             designs = {c: [optimized(name, robot, config, c, d, args, workers) for d in range(design_seeds)]
                        for c in criteria}
             rows = {k: [] for k in ["multisine"] + criteria}
+            predicted = {k: [] for k in rows}
             for seed in range(args.seeds):
                 plans = {"multisine": (slowed_multisine(robot, seed, args.duration), 0.0)}
                 plans.update({c: designs[c][seed % design_seeds] for c in criteria})
@@ -209,10 +240,14 @@ def main(argv=None) -> int:
                         else:
                             errors = (base_error(robot, truth, config, result, scale),)
                     rows[label].append((cond, cond_scaled) + errors)
+                    if args.information and (label == "multisine" or seed < design_seeds):
+                        predicted[label].append(predicted_errors(robot, truth, config, plan, noise, theta_true, link,
+                                                                 scale))
                     if args.verbose:
                         print(f"  {name} {scope} seed {seed} {label:<10} cond {cond:9.1f} scaled {cond_scaled:7.2f} "
-                              f"errors {' '.join(f'{e:.3g}' for e in errors)}" + (f"  ({wall:.0f} s)" if wall else ""),
-                              flush=True)
+                              f"errors {' '.join(f'{e:.3g}' for e in errors)}" + (f"  ({wall:.0f} s)" if wall else "")
+                              + (f"  predicted {' '.join(f'{e:.3g}' for e in predicted[label][-1])}"
+                                 if args.information and predicted[label] else ""), flush=True)
             base_rows = np.array(rows["multisine"])
             for criterion in criteria:
                 opt = np.array(rows[criterion])
@@ -223,6 +258,13 @@ def main(argv=None) -> int:
                 print(f"{name:<14}{scope:<9}{criterion:<10}" + "  ".join(
                     f"{lab} {spread(base_rows[:, k])} -> {spread(opt[:, k])} ({ratios[k]:.2f})"
                     for k, lab in enumerate(labels)), flush=True)
+                if args.information:
+                    base_pred, opt_pred = np.array(predicted["multisine"]), np.array(predicted[criterion])
+                    print(f"{'':<23}{criterion:<10}predicted " + "  ".join(
+                        f"{lab} {spread(base_pred[:, k])} -> {spread(opt_pred[:, k])} "
+                        f"({np.median(opt_pred[:, k]) / np.median(base_pred[:, k]):.2f})"
+                        for k, lab in enumerate(["mass", "com mm", "inertia"] if scope == "terminal" else ["base err"])),
+                          flush=True)
 
     print("\n| arm | scope | criterion | cond multisine | cond optimized | ratio (raw / scaled) | "
           "error multisine | error optimized | error ratio |")
