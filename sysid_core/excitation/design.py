@@ -718,7 +718,9 @@ class _Problem:
 def _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_max, clearance) -> tuple[dict, float | None]:
     """kind -> (n,) peak of value / limit over every sample (0 where unlimited), and the smallest
     distance between collision geoms (m; None without ``clearance``)."""
-    centre = np.where(np.isfinite(upper - lower), 0.5 * (upper + lower), 0.0)
+    finite = np.isfinite(upper - lower)
+    centre = np.zeros_like(lower)
+    centre[finite] = 0.5 * (upper[finite] + lower[finite])  # (inf + -inf of an unlimited joint is nan)
     half = 0.5 * (upper - lower)
     torque = robot.inverse_dynamics(trajectory.q, trajectory.dq, trajectory.ddq)
     peaks = {"position": (np.max(np.abs(trajectory.q - centre), axis=0), half),
