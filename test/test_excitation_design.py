@@ -141,6 +141,15 @@ def test_time_limit_bounds_a_seven_joint_search():
     assert design.trajectory.q.shape == (2001, 7)
 
 
+def test_a_budget_spent_before_any_start_is_scored_still_gives_a_start_not_rest(planar):
+    # 1 ns ends the search before its first start is scored: one start is made and scored on top
+    # of the budget, like the final checks (the search used to return the arm at rest)
+    design = optimize_excitation(planar, 4.0, 100.0, config=FULL, base_frequency=0.5, n_harmonics=3, seed=0,
+                                 time_limit_s=1e-9, torque_limits=[25.0, 8.0])
+    assert design.limits_met and np.isfinite(design.criterion_value)
+    assert np.all(np.max(np.abs(design.trajectory.dq), axis=0) > 0.05)
+
+
 def test_weighted_criterion_of_the_paper(planar):
     design = optimize_excitation(planar, 4.0, 200.0, config=FULL, criterion="weighted", base_frequency=0.5,
                                  n_harmonics=4, weights=(1.0, 0.5, 2.0), joint_noise_std=[0.05, 0.02],

@@ -693,9 +693,10 @@ class _Problem:
             counter["nit"] += 1
         start_value, message = np.inf, "time limit"
         try:
-            entry = self._gradients(x0)
+            entry = self._point(x0)  # the start counts even if the budget ends in its first gradient
             if np.all(entry["constraints"] >= -_FEASIBLE_TOL):
                 start_value = entry["value"]
+            entry = self._gradients(x0)
             size = np.linalg.norm(entry["grad"])
             factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
             result = scipy.optimize.minimize(
@@ -776,7 +777,7 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     seed: for the starting points; with the same seed and a search that ends before
     ``time_limit_s`` (``max_restarts`` reached) the result is identical, on one process or two.
     time_limit_s: wall-clock budget of the search, s (model analysis before it and the final
-    checks after it come on top); max_restarts: number of local searches (default: as many as
+    checks after it come on top, and one start when the budget ends before any is scored); max_restarts: number of local searches (default: as many as
     fit in time); max_iterations: SLSQP iterations per local search. workers: 1, or 2 to run
     every other local search in a helper process (``multistart.search_workers`` says when that
     pays); the
@@ -885,8 +886,9 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     starts = sorted([(r.start_value, r.index, r.start_x) for r in results if np.isfinite(r.start_value)],
                     key=lambda c: (c[0], c[1]))
     finalists = candidates[:FINALISTS] + [s for s in starts[:1] if not any(s is c for c in candidates[:FINALISTS])]
-    if not finalists:  # out of time before the first start: stay at rest
-        finalists = [(np.inf, -1, np.zeros(problem.dim))]
+    if not finalists:  # the budget ended before any start was scored: one start on top of it, not rest
+        x0 = problem.start(np.random.default_rng(seed))
+        finalists = [(problem.fun(x0), -1, x0)]
 
     def finish(x):
         free = x.reshape(n, -1)
