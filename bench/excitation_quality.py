@@ -134,11 +134,14 @@ def predicted_errors(robot, truth, config, plan, noise_std, theta_true, link, sc
     error). Terminal scope: (sd of the mass / payload mass, 1000 |sd of h| / terminal body's mass
     (mm, the CoM's), |sd of the inertia entries| (Frobenius) / |payload's inertia at its CoM|), a
     parameter that is not a base column of its own counted as 0; full scope: (sqrt(tr(S C S)) /
-    ||S beta||,), C the base parameters' covariance."""
+    ||S beta||,), C the base parameters' covariance; inf where the plan's information is singular."""
     base = structural_base_parameters(robot, config)
     columns, _ = base_regressor(robot, config, plan.q, plan.dq, plan.ddq, base=base)
     flat = columns.reshape(-1, columns.shape[-1])
-    cov = noise_std ** 2 * np.linalg.inv(flat.T @ flat)
+    try:
+        cov = noise_std ** 2 * np.linalg.inv(flat.T @ flat)
+    except np.linalg.LinAlgError:  # a base parameter the plan does not excite at all
+        return (np.inf,) if config.scope == "full" else (np.inf, np.inf, np.inf)
     if config.scope == "full":
         beta = base.projection @ model_parameter_vector(truth, column_names(robot, config))
         return (float(np.sqrt(np.sum(np.diag(cov) * scale ** 2)) / np.linalg.norm(scale * beta)),)
