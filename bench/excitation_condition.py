@@ -62,7 +62,7 @@ def main(argv=None) -> int:
                 print(f"{name:<15}{scope:<10}{f'multisine seed {seed}':<24}{c:>9.1f}{cs:>13.2f}", flush=True)
             median, median_scaled = float(np.median(raw)), float(np.median(scaled))
             print(f"{name:<15}{scope:<10}{'multisine median':<24}{median:>9.1f}{median_scaled:>13.2f}")
-            design = optimize_excitation(robot, DURATION, SAMPLE_RATE, config=config, seed=0,
+            design = optimize_excitation(robot, DURATION, SAMPLE_RATE, config=config, criterion="condition", seed=0,
                                          time_limit_s=args.time_limit, max_velocity=MAX_VELOCITY,
                                          torque_limits=TORQUE_LIMITS[name])
             c, cs = design.condition_number, design.condition_number_scaled

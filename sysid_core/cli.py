@@ -33,7 +33,9 @@ from .dynamics.friction import JointModel
 from .dynamics.joint_physics import MujocoPhysics
 from .dynamics.model import load_robot
 from .errors import DataError, IdentificationError, SysidError, TrackingError
+from .excitation.criteria import CRITERIA
 from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
+from .excitation.multistart import search_workers
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
 from .identification.actuator import (CommandLog, EffortGains, KnownPayload, apply_effort_gains,
@@ -89,10 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
                              "or high_low_speed for every joint, or a comma list with one per joint")
     parser.add_argument("--max-velocity", type=float, default=2.0, help="excitation speed cap, rad/s (default 2)")
     parser.add_argument("--excitation", choices=("multisine", "optimized"),
-                        help="multisine (default): random sinusoids; optimized: Fourier series at rest at both ends, "
-                             "optimized for the condition number of the base regressor within the joint limits")
+                        help="multisine (default): random sinusoids; optimized: Fourier series at rest at both ends "
+                             "that tells the most about the parameters of --scope, within the joint, torque and "
+                             "collision limits")
+    parser.add_argument("--excitation-criterion", choices=CRITERIA,
+                        help="what the optimized excitation maximises: payload (the terminal body's parameters; the "
+                             "terminal scope's default), d_optimal (all base parameters; the full scope's default), "
+                             "condition (scaled condition number) or weighted (Liu et al.)")
     parser.add_argument("--excitation-time-limit", type=float, default=60.0,
                         help="wall-clock budget of the optimized excitation's search, s (default 60)")
+    parser.add_argument("--excitation-clearance", type=_clearance, default=0.01, metavar="M",
+                        help="smallest distance kept between the model's collision geoms by the optimized excitation, "
+                             "m (default 0.01; 'off' ignores collision geometry)")
     parser.add_argument("--save-trajectory", type=Path,
                         help="write the identification excitation to this .json or .csv file (to replay it)")
     parser.add_argument("--trajectory", type=Path,
@@ -125,8 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _clearance(text: str):
+    """--excitation-clearance: a distance >= 0 m, or None for 'off'."""
+    if text.strip().lower() == "off":
+        return None
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a distance >= 0 m or 'off', got {text}")
+    return value
+
+
 # options of the simulated excitation: meaningless with --recording
-_SIMULATION_OPTIONS = ("duration", "sample_rate", "source", "excitation", "excitation_time_limit", "save_trajectory",
+_SIMULATION_OPTIONS = ("duration", "sample_rate", "source", "excitation", "excitation_criterion",
+                       "excitation_time_limit", "excitation_clearance", "save_trajectory",
                        "trajectory", "noise_scale", "max_velocity", "export_damiao", "motor_type")
 
 
@@ -363,6 +384,11 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
             raise SysidError(f"--save-trajectory must end in .json or .csv, got '{target.name}'")
         if not target.resolve().parent.is_dir():
             raise SysidError(f"--save-trajectory: directory {target.parent} does not exist")
+    if args.excitation != "optimized":
+        given = [f"--{name.replace('_', '-')}" for name in ("excitation_criterion", "excitation_clearance")
+                 if getattr(args, name) != build_parser().get_default(name)]
+        if given:
+            raise SysidError(f"{', '.join(given)}: for --excitation optimized only")
     if args.trajectory is None:
         check_size(robot, config, args.duration, args.sample_rate)
     if args.trajectory is not None:
@@ -380,14 +406,18 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
               f"up to {args.excitation_time_limit:g} s)", flush=True)
         # torque limits: the Damiao motors' when named, else the model's actuator limits (if any)
         torque = "model" if len(args.motor_type) != robot.n_joints else [motor_limits(m).tmax for m in args.motor_type]
-        terms = () if args.no_friction else ("coulomb", "viscous")
+        workers = search_workers(args.excitation_time_limit)
         design = optimize_excitation(
             robot, args.duration, args.sample_rate, seed=args.seed, time_limit_s=args.excitation_time_limit,
-            max_velocity=args.max_velocity, torque_limits=torque,
-            config=IdentificationConfig(scope=args.scope, joint_model=JointModel(terms, args.coulomb_smoothing)))
-        print(f"  condition number {design.condition_number:.1f} (from {design.initial_criterion_value:.1f} at the "
-              f"best start; {design.restarts} starts, {design.iterations} iterations, {design.elapsed_s:.1f} s); "
-              f"limits met: {design.limits_met}")
+            max_velocity=args.max_velocity, torque_limits=torque, criterion=args.excitation_criterion,
+            min_clearance=args.excitation_clearance, workers=workers, config=config)
+        clearance = ("" if design.min_clearance is None else
+                     f", geoms {design.min_clearance * 1000:.0f} mm apart or more")
+        print(f"  {design.criterion} criterion {design.criterion_value:.3f} (best start "
+              f"{design.initial_criterion_value:.3f}; {design.restarts} local searches on {workers} "
+              f"process{'es' if workers > 1 else ''}, {design.iterations} iterations, {design.elapsed_s:.1f} s); "
+              f"condition number {design.condition_number_scaled:.1f} with unit-norm columns "
+              f"({design.condition_number:.1f} raw); limits met: {design.limits_met}{clearance}")
         plan = design.trajectory
     else:
         print(f"Generating multisine excitation ({args.duration:g} s at {args.sample_rate:g} Hz, seed {args.seed})")

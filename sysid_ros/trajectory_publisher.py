@@ -34,9 +34,10 @@ published on ``robot_description`` (see ``robot_description``).
 
 The excitation (parameter ``excitation``): ``multisine`` (random sinusoids scaled to
 ``amplitude_fraction`` of each joint's range and to ``max_velocity``, seeded by ``seed``);
-``optimized`` (a Fourier series at rest at both ends whose base regressor is best conditioned,
-within the joint range, ``max_velocity`` and the model's actuator torque limits; the search
-takes up to ``excitation_time_limit`` s when the model is loaded); ``file`` (replay
+``optimized`` (a Fourier series at rest at both ends that tells the most about the terminal
+body's parameters, within the joint range, ``max_velocity``, the model's actuator torque limits
+and its collision geometry; the search takes up to ``excitation_time_limit`` s when the model is
+loaded); ``file`` (replay
 ``trajectory_file``, a .json or .csv written by ``sysid-identify --save-trajectory`` or
 ``save_trajectory``: resampled to ``rate_hz`` when its duration is a whole number of periods
 there, refused when not, when its joints differ from the model's, when it leaves the joint
@@ -224,12 +225,16 @@ class TrajectoryPublisher(Node):
         if kind == 'optimized':
             # imported only for this kind: the search (scipy.optimize) stays out of the node otherwise
             from sysid_core.excitation.design import optimize_excitation
+            from sysid_core.excitation.multistart import search_workers
+            time_limit = float(self.get_parameter('excitation_time_limit').value)
             design = optimize_excitation(
                 robot, duration, self._rate, seed=self.get_parameter('seed').value, max_velocity=self._max_velocity,
-                time_limit_s=float(self.get_parameter('excitation_time_limit').value))
+                time_limit_s=time_limit, workers=search_workers(time_limit))
             self.get_logger().info(
-                f'optimized excitation: condition number {design.condition_number:.1f} after {design.restarts} '
-                f'starts in {design.elapsed_s:.1f} s, limits met: {design.limits_met}')
+                f'optimized excitation: {design.criterion} criterion {design.criterion_value:.3f} (best start '
+                f'{design.initial_criterion_value:.3f}), condition number {design.condition_number_scaled:.1f} '
+                f'with unit-norm columns, {design.restarts} local searches in {design.elapsed_s:.1f} s, '
+                f'limits met: {design.limits_met}')
             if not design.limits_met:
                 raise ValueError('the optimized excitation does not meet the joint limits')
             return design.trajectory

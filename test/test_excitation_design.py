@@ -1,8 +1,8 @@
 """Optimized Fourier excitation, trajectory files, and their use by the CLI and trajectory_publisher.
 
 Oracles are independent of the code under test: finite differences for the derivatives,
-MuJoCo's mj_inverse for the torques, a direct SVD for the condition numbers, polynomials
-that quintic Hermite interpolation must reproduce exactly.
+MuJoCo's mj_inverse for the torques and mj_geomDistance for the clearance, a direct SVD for the
+condition numbers, polynomials that quintic Hermite interpolation must reproduce exactly.
 """
 import json
 
@@ -14,15 +14,24 @@ from conftest import MODELS, ROBOTS
 from sysid_core.cli import main
 from sysid_core.errors import DataError
 from sysid_core.excitation.multisine import multisine
-from sysid_core.excitation.design import (ExcitationDesign, actuator_torque_limits, optimize_excitation,
-                                          regressor_condition, rest_to_rest_series)
+from sysid_core.excitation import design as design_module
+from sysid_core.excitation.design import (TORQUE_SHARE, ExcitationDesign, actuator_torque_limits, default_criterion,
+                                          optimize_excitation, regressor_condition, rest_to_rest_series)
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.trajectory import Trajectory, load_trajectory, resample, save_trajectory
 from sysid_core.identification.identify import IdentificationConfig, base_regressor
 
 PLANAR = MODELS / "planar_2r_vertical.xml"
+PILLAR = MODELS / "planar_3r_pillar.xml"
 OPENARM = ROBOTS / "openarm_class.xml"
 FULL = IdentificationConfig(scope="full")
+
+
+def _damped_planar():
+    """The vertical 2R arm with the heavy joint damping of an industrial arm (UR10e: 350 N m s/rad on a
+    330 N m shoulder): 2 rad/s would need three times the torque limits."""
+    xml = PLANAR.read_text().replace('<joint name="joint1"/>', '<joint name="joint1" damping="300" armature="0.1"/>')
+    return load_robot(xml.replace('<joint name="joint2"/>', '<joint name="joint2" damping="100" armature="0.1"/>'))
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +42,9 @@ def planar():
 @pytest.fixture(scope="module")
 def design(planar):
     """One optimized excitation of the vertical 2R arm, within velocity, acceleration and torque limits."""
-    return optimize_excitation(planar, 6.0, 500.0, config=FULL, base_frequency=1 / 3, n_harmonics=5, seed=3,
-                               max_velocity=2.5, max_acceleration=12.0, torque_limits=[25.0, 8.0],
-                               time_limit_s=6.0, max_restarts=2, max_iterations=40)
+    return optimize_excitation(planar, 6.0, 500.0, config=FULL, criterion="condition", base_frequency=1 / 3,
+                               n_harmonics=5, seed=3, max_velocity=2.5, max_acceleration=12.0,
+                               torque_limits=[25.0, 8.0], time_limit_s=6.0, max_restarts=2, max_iterations=40)
 
 
 def _inverse_dynamics_mujoco(model, q, dq, ddq):
@@ -90,8 +99,8 @@ def test_limits_respected_on_every_sample(design, planar):
     margin = 0.05
     assert np.all(traj.q >= planar.joint_range[:, 0] + margin) and np.all(traj.q <= planar.joint_range[:, 1] - margin)
     assert np.abs(traj.dq).max() <= 2.5 and np.abs(traj.ddq).max() <= 12.0
-    torque = _inverse_dynamics_mujoco(planar.model, traj.q[::5], traj.dq[::5], traj.ddq[::5])
-    assert np.all(np.abs(torque).max(axis=0) <= [25.0, 8.0])
+    torque = _inverse_dynamics_mujoco(planar.model, traj.q, traj.dq, traj.ddq)
+    assert np.all(np.abs(torque).max(axis=0) <= TORQUE_SHARE * np.array([25.0, 8.0]))
     # the limits are used, not avoided: the search pushes the motion against some of them
     assert max(float(np.max(u)) for u in design.limit_usage.values()) > 0.9
 
@@ -101,10 +110,15 @@ def test_optimizer_improves_the_condition_number(design, planar):
     # reported figures agree with a direct SVD of the base regressor on the returned trajectory
     cols, _ = base_regressor(planar, FULL, design.trajectory.q[::3], design.trajectory.dq[::3],
                              design.trajectory.ddq[::3])
-    s = np.linalg.svd(cols.reshape(-1, cols.shape[-1]), compute_uv=False)
+    cols = cols.reshape(-1, cols.shape[-1])
+    s = np.linalg.svd(cols, compute_uv=False)
     assert design.condition_number == pytest.approx(s[0] / s[-1], rel=0.05)
+    s = np.linalg.svd(cols / np.linalg.norm(cols, axis=0), compute_uv=False)
+    assert design.condition_number_scaled == pytest.approx(s[0] / s[-1], rel=0.05)
+    # the criterion is the log of that condition number (its Coulomb columns smoothed below 0.02 rad/s)
+    assert design.criterion_value == pytest.approx(np.log(s[0] / s[-1]), rel=0.02)
     ms = multisine(planar.joint_range, 6.0, 500.0, seed=3, max_velocity=2.5, max_acceleration=12.0)
-    assert design.condition_number < 0.7 * regressor_condition(planar, ms, FULL)[0]
+    assert design.condition_number_scaled < 0.7 * regressor_condition(planar, ms, FULL)[1]
 
 
 def test_same_seed_same_excitation(planar):
@@ -127,28 +141,125 @@ def test_time_limit_bounds_a_seven_joint_search():
     assert design.trajectory.q.shape == (2001, 7)
 
 
+def test_a_budget_spent_before_any_start_is_scored_still_gives_a_start_not_rest(planar):
+    # 1 ns ends the search before its first start is scored: one start is made and scored on top
+    # of the budget, like the final checks (the search used to return the arm at rest)
+    design = optimize_excitation(planar, 4.0, 100.0, config=FULL, base_frequency=0.5, n_harmonics=3, seed=0,
+                                 time_limit_s=1e-9, torque_limits=[25.0, 8.0])
+    assert design.limits_met and np.isfinite(design.criterion_value)
+    assert np.all(np.max(np.abs(design.trajectory.dq), axis=0) > 0.05)
+
+
 def test_weighted_criterion_of_the_paper(planar):
     design = optimize_excitation(planar, 4.0, 200.0, config=FULL, criterion="weighted", base_frequency=0.5,
                                  n_harmonics=4, weights=(1.0, 0.5, 2.0), joint_noise_std=[0.05, 0.02],
                                  seed=0, time_limit_s=4.0, max_restarts=1, max_iterations=15)
     assert design.limits_met and np.isfinite(design.criterion_value)
-    # the sum of four condition numbers, the whole one weighted by 3.5: at least 3.5 + 3.5 (each >= 1)
-    assert design.criterion_value >= 7.0
+    # the log of a sum of four condition numbers, the whole one weighted by 3.5: at least 3.5 + 3.5 (each >= 1)
+    assert design.criterion_value >= np.log(7.0)
     assert design.criterion_value <= design.initial_criterion_value
 
 
 @pytest.mark.parametrize("kwargs, pattern", [
     (dict(criterion="determinant"), "unknown criterion"),
+    (dict(criterion="payload", config=FULL), "needs the terminal scope"),
+    (dict(workers=3), "workers"),
+    (dict(torque_share=1.5), "torque_share"),
     (dict(n_harmonics=1), "n_harmonics"),
     (dict(start=[3.2, 0.0]), "outside the joint range"),
     (dict(torque_limits=[1.0, 1.0], start=[0.0, 0.0]), "gravity torque at the start pose"),
+    # link 2 of the 3R arm would start 2 cm from the pillar: nearer than the clearance asked
+    (dict(model=PILLAR, start=[0.15, 0.0, 0.0], min_clearance=0.05), "nearer than min_clearance"),
     (dict(max_velocity=-1.0), "max_velocity"),
     (dict(weights=(0, 0, 0)), "weights"),
     (dict(time_limit_s=0.0), "time_limit_s"),
 ])
 def test_bad_arguments_are_refused(planar, kwargs, pattern):
+    robot = load_robot(kwargs.pop("model")) if "model" in kwargs else planar
     with pytest.raises(ValueError, match=pattern):
-        optimize_excitation(planar, 4.0, 200.0, **kwargs)
+        optimize_excitation(robot, 4.0, 200.0, **kwargs)
+
+
+def test_default_criterion_fits_the_scope(planar):
+    assert default_criterion(IdentificationConfig(scope="terminal")) == "payload"
+    assert default_criterion(FULL) == "d_optimal"
+    design = optimize_excitation(planar, 4.0, 100.0, base_frequency=0.5, n_harmonics=3, seed=0, max_restarts=1,
+                                 max_iterations=3, time_limit_s=30.0)
+    assert design.criterion == "payload"
+
+
+def test_search_never_returns_worse_than_its_best_start():
+    """On a heavily damped arm every start is scaled into the torque limits and every local search's
+    best point is checked on every sample: the result scores no worse than the best start. (The
+    former search started beyond the torque limits and lost them in its squashed coordinates: it
+    returned 1.2 to 3.6 times the condition number of its best start on this arm.)"""
+    robot = _damped_planar()
+    for seed in range(3):
+        design = optimize_excitation(robot, 6.0, 200.0, config=FULL, criterion="condition", base_frequency=1 / 3,
+                                     n_harmonics=5, seed=seed, torque_limits=[200.0, 60.0], time_limit_s=30.0,
+                                     max_restarts=2, max_iterations=30)
+        assert design.limits_met
+        assert design.criterion_value <= design.initial_criterion_value
+        # the reported value is the returned trajectory's own: the log condition number with unit columns
+        cols, _ = base_regressor(robot, FULL, design.trajectory.q[::2], design.trajectory.dq[::2],
+                                 design.trajectory.ddq[::2])
+        cols = cols.reshape(-1, cols.shape[-1])
+        s = np.linalg.svd(cols / np.linalg.norm(cols, axis=0), compute_uv=False)
+        assert design.criterion_value == pytest.approx(np.log(s[0] / s[-1]), rel=0.02)
+
+
+def test_a_local_search_gone_astray_is_not_returned(planar, monkeypatch):
+    """Local searches that end far worse than they began (a feasible point 20 times smaller) or beyond
+    the limits (50 times larger) must not cost the result: it is never worse than the best start."""
+    real = design_module.scipy.optimize.minimize
+
+    def astray(fun, x0, jac=None, constraints=(), **kwargs):
+        for x in (0.05 * x0, 50.0 * x0):
+            fun(x), jac(x), constraints[0]["fun"](x)
+        return real(fun, 0.05 * x0, jac=jac, constraints=constraints, method="SLSQP", options={"maxiter": 1})
+
+    monkeypatch.setattr(design_module.scipy.optimize, "minimize", astray)
+    design = optimize_excitation(planar, 4.0, 200.0, config=FULL, criterion="d_optimal", base_frequency=0.5,
+                                 n_harmonics=4, seed=1, torque_limits=[25.0, 8.0], time_limit_s=30.0, max_restarts=2)
+    assert design.limits_met and np.isfinite(design.initial_criterion_value)
+    assert design.criterion_value <= design.initial_criterion_value
+
+
+def test_two_processes_find_what_one_finds(planar):
+    """Starts are seeded by their index: a search ended by max_restarts gives the same design on one
+    process or two (the second local search of each round runs in a spawned helper)."""
+    kwargs = dict(config=FULL, criterion="d_optimal", n_harmonics=3, base_frequency=0.5, time_limit_s=120.0,
+                  max_restarts=4, max_iterations=3, torque_limits=[25.0, 8.0], seed=5)
+    one = optimize_excitation(planar, 4.0, 100.0, workers=1, **kwargs)
+    two = optimize_excitation(planar, 4.0, 100.0, workers=2, **kwargs)
+    assert one.workers == 1 and two.workers == 2 and one.restarts == two.restarts == 4
+    np.testing.assert_array_equal(one.series.a, two.series.a)
+    np.testing.assert_array_equal(one.series.b, two.series.b)
+    assert one.criterion_value == two.criterion_value
+
+
+@pytest.mark.parametrize("clearance", [None, 0.03])
+def test_clearance_kept_on_every_sample(clearance):
+    """The 3R arm's links sweep into a pillar when the clearance is not asked for; asked for, every
+    sample keeps it, by MuJoCo's own distance between every pair of geoms it would collide."""
+    robot = load_robot(PILLAR)
+    design = optimize_excitation(robot, 4.0, 100.0, config=FULL, base_frequency=0.5, n_harmonics=4, seed=0,
+                                 max_velocity=4.0, max_acceleration=40.0, torque_limits=None, min_clearance=clearance,
+                                 time_limit_s=30.0, max_restarts=2, max_iterations=30)
+    model, data = robot.model, mujoco.MjData(robot.model)
+    pillar = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "pillar")
+    nearest = np.inf
+    for q in design.trajectory.q:
+        data.qpos[:] = q
+        mujoco.mj_kinematics(model, data)
+        # link 2 and link 3 against the pillar, link 3 against link 1 (link pairs with a joint are filtered)
+        nearest = min([nearest] + [mujoco.mj_geomDistance(model, data, a, b, 1.0, None)
+                                   for a, b in ((pillar, 2), (pillar, 3), (1, 3))])
+    assert design.limits_met
+    if clearance is None:
+        assert design.min_clearance is None and nearest < 0.0      # it hits the pillar
+    else:
+        assert nearest >= clearance and design.min_clearance == pytest.approx(nearest, abs=1e-9)
 
 
 def test_actuator_torque_limits_from_the_model(tmp_path):
@@ -273,6 +384,7 @@ def test_cli_optimized_excitation_saved_and_replayed(tmp_path, capsys):
     (["--trajectory", "TRAJ", "--excitation", "optimized"], "leave out --excitation"),
     (["--trajectory", "/nonexistent/plan.csv"], "not found"),
     (["--save-trajectory", "OUT/plan.txt"], ".json or .csv"),
+    (["--excitation-criterion", "d_optimal"], "for --excitation optimized only"),
 ])
 def test_cli_excitation_errors(tmp_path, capsys, sample_trajectory, extra, pattern):
     traj = save_trajectory(tmp_path / "plan.csv", sample_trajectory, ["joint1", "joint2"])

@@ -1,4 +1,4 @@
-"""Optimized excitation: a finite Fourier series per joint shaped for a well-conditioned regressor.
+"""Optimized excitation: a finite Fourier series per joint that tells the most about the parameters.
 
 Swevers et al. (1997) parametrise each joint's motion as a finite Fourier series with a
 common base frequency f (omega = 2 pi f) and H harmonics:
@@ -11,77 +11,122 @@ The motion is periodic, so a recording of whole periods can be averaged and ever
 excites the same way. Rest at both ends (Liu et al., Actuators 2023, 12(12), 454) asks
 sum_l a_jl = 0 (dq = 0), sum_l l b_jl = 0 (ddq = 0) and q0_j = q_start_j + sum_l b_jl / (omega l)
 (q = q_start); periodicity gives the same at the end of every whole period. Here the two
-linear conditions are built in: the optimizer moves free coordinates in their null space
-(2 (H - 1) per joint), so every candidate is at rest at ``q_start`` by construction and only
-the inequality limits remain as constraints.
+linear conditions are built in: the optimizer moves free coordinates x in their null space
+(2 (H - 1) per joint, rad/s), so every candidate is at rest at ``q_start`` by construction.
 
-The optimizer (SLSQP from random starts until the wall-clock budget is spent) minimises the
-log of the condition number of the base regressor (the independent columns an identification
-with the same IdentificationConfig estimates, friction included) on a grid of one period, or
-the weighted sub-matrix criterion of Liu et al.:
+Criterion (``criteria``): D-optimality of the base parameters, D-optimality of the terminal
+body's parameters with the joint terms as nuisance (``payload``), the column-scaled condition
+number, or Liu et al.'s weighted sub-matrix criterion, on a grid of one period.
 
-    co = (w_a + w_v + w_g) cond(W*) + w_a cond(W*_a) + w_v cond(W*_v) + w_g cond(W*_g)
+Gradients. q, dq, ddq on the grid are linear in x (one joint's coordinates move that joint
+only), and each criterion gives its matrix gradient dV/dW; what remains is how the regressor
+changes with each joint's position, velocity and acceleration at each grid sample: 3 n forward
+differences of the regressor, in one vectorised batch (the acceleration one exact: W is linear in
+ddq), 3 to 8 times cheaper than forward differences in x (2 (H - 1) n = 14 n of them). The
+design's Coulomb columns use tanh(dq / 0.02 rad/s) for sign(dq), or the criterion would jump
+wherever a grid sample's velocity changes sign.
 
-with W* = Omega^(1/2) W the regressor with joint j's rows divided by its torque noise standard
-deviation, and W*_a, W*_v, W*_g its parts driven by acceleration (inertia, armature), velocity
-(Coriolis and centrifugal, friction) and position alone (gravity, offset): W(q, 0, ddq) - W(q, 0, 0),
-W(q, dq, 0) - W(q, 0, 0) and W(q, 0, 0), which add up to W(q, dq, ddq) exactly. A sub-matrix is
-rank deficient by nature (gravity sees no inertia tensor), so its condition number is taken
-over its own structural rank: sigma_1 / sigma_r.
+Constraints, all on grids of one period: position (the range less a margin), velocity and
+acceleration, linear in x, as one smooth peak usage per joint (a p-norm over a dense grid of
+value / limit: convex, at least the maximum, so that usage <= 1 keeps them); the nominal model's
+joint torques (inverse dynamics: rigid bodies, armature, damping, Coulomb) within a share of the
+torque limits, one smooth maximum per joint (Kreisselmeier-Steinhauser); and, when the model has
+collision geometry, the clearance between the geoms MuJoCo would collide (``clearance``), one
+smooth minimum. SLSQP works on x itself with these 2 n (+ 1) constraints.
 
-Gradients: the regressor at all forward-difference perturbations comes from one vectorised
-batch, and the derivative of a singular value is u' dW v (first-order perturbation), so no
-decomposition per perturbation is needed.
+Search (``multistart``): starts are random coefficients scaled into every limit (towards rest
+until the torques and clearance hold), so each local search begins feasible; rounds of two local
+searches, the second warm-started near the best design so far, on one or two processes, until
+the wall-clock budget is spent. Finalists (the best of each search and the best start) are
+sampled at the requested rate, checked on every sample (a result that crosses a limit between
+grid points is shrunk toward rest until it does not) and scored again there; the best of them is
+returned, so the result is never worse than the best start, measured the same way.
 
-Limits. Position (the range less a margin), velocity and acceleration are linear in the
-coefficients: the optimizer moves coordinates y that a smooth map x_j = y_j (1 + u_j^k)^(-1/k)
-turns into coefficients whose peak usage u_j (a p-norm of value / limit over a dense grid of
-one period, at least the maximum) is below 1, so these limits hold at every step. The joint
-torques of the nominal model (inverse dynamics: rigid bodies, armature, damping, Coulomb) on
-the criterion grid are the only explicit constraints, one smooth maximum per joint. Every
-limit is checked again on every sample of the returned trajectory, and a result that crosses
-one between grid points is shrunk toward the rest pose until it does not.
+Why the condition-number search of issue 16 went astray on a heavily damped arm (UR10e: damping
+350 N m s/rad, force range 330 N m, so the shoulder cannot move faster than about 0.5 rad/s),
+measured with that search's own code (commit 22bbc21): its random starts ignored the torque
+limits (five starts peaked at 1.9-2.7 times them on the first three joints); its position,
+velocity and acceleration limits came from squashing the coordinates, y (1 + u^k)^(-1/k), whose
+derivative along a joint's amplitude is 0.007-0.07 where the start's usage u exceeds 1 (0.5-1
+where it does not): the torque constraint's gradient had almost no component that reduced the
+amplitude, SLSQP's linearised constraints were incompatible, and it ended at whatever feasible
+point it had met by chance, which the final check then shrank toward rest; the "best start"
+it reported was the best of the infeasible starts, which no plan could reach. Here starts are
+scaled into every limit, the search works on x itself, and the result is the best finalist.
 """
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mujoco
 import numpy as np
 import scipy.linalg
 
+from ..dynamics.friction import JointModel
 from ..dynamics.model import Robot
 from ..identification.identify import (IdentificationConfig, base_regressor, column_names, model_parameter_vector,
                                        structural_base_parameters)
+from . import multistart
+from .clearance import Clearance
+from .criteria import CRITERIA, log_condition_scaled, log_det_information, weighted_condition
 from .multisine import _center_and_half_range, _limit_array, _validate_range
 from .trajectory import Trajectory
 
-CRITERIA = ("condition", "scaled_condition", "weighted")
-# Criterion grid: samples of one period per cycle of the highest harmonic. The condition
-# number converges quickly with the sampling of a smooth periodic signal; 24 is within a few
-# percent of the densely sampled value at a fraction of the cost.
+# The criterion each scope is designed for unless one is asked: the terminal body's parameters
+# in the terminal scope, all base parameters in the full scope (bench/excitation_quality.py).
+DEFAULT_CRITERIA = {"terminal": "payload", "full": "d_optimal"}
+# Criterion grid: samples of one period per cycle of the highest harmonic. The criteria converge
+# quickly with the sampling of a smooth periodic signal; 24 is within a few percent of the densely
+# sampled value at a fraction of the cost.
 SAMPLES_PER_CYCLE = 24
 # Grid of the (cheap, linear) position, velocity and acceleration constraints, same unit.
 CONSTRAINT_SAMPLES_PER_CYCLE = 200
-# Share of the torque limits the search may use: the rest absorbs peaks between the points of
-# its (coarse) grid, so the final dense check rarely has to shrink the result.
+# Share of the torque limits the nominal torques may use: the rest is for what the nominal model
+# does not know (a payload) and for the tracking controller's corrections.
+TORQUE_SHARE = 0.8
+# Of that share, what the search may use on its grid: the rest absorbs peaks between grid points,
+# so the final check on every sample rarely has to shrink the result.
 SEARCH_TORQUE_FRACTION = 0.98
+# Smallest distance kept between collision geoms (m), when the model has any.
+DEFAULT_CLEARANCE = 0.01
 # Sharpness of the smooth max that turns a torque limit on every grid sample into one smooth
 # constraint per joint (Kreisselmeier-Steinhauser); it overestimates the peak usage by
 # log(samples near the peak) / KS_SHARPNESS, about 2 % here.
 KS_SHARPNESS = 100.0
+# The same for the smallest clearance, 1/m: it underestimates it by log(pairs near it) / 1000 m,
+# a few millimetres. Pairs more than _CLEARANCE_GRADIENT_BAND beyond the clearance weigh less
+# than e^-20 in it: their gradients are not computed.
+CLEARANCE_SHARPNESS = 1000.0
+_CLEARANCE_GRADIENT_BAND = 0.02
 # Order of the p-norm that measures a joint's smooth peak usage of its position, velocity and
 # acceleration limits (it exceeds the maximum by a factor (samples near the peak)^(1/p), a
-# few percent), and sharpness k of the squashing y (1 + u^k)^(-1/k) that keeps it below 1.
+# few percent).
 USAGE_NORM = 200.0
-SQUASH_SHARPNESS = 12.0
-# Forward-difference step on the free coordinates (relative, rad/s): small enough that a Coulomb
-# sign rarely flips within it, large enough against the round-off of u' M v.
+# Random starts: each joint's peak usage of its position, velocity and acceleration limits drawn
+# in this range; warm starts: the incumbent plus Gaussian noise of this share of each joint's RMS
+# coefficient.
+START_USAGE = (0.3, 0.9)
+WARM_SPREAD = 0.3
+# The local search's first step moves x by this share of its size; points within NEAR_FEASIBLE of
+# the constraints (SLSQP approaches them from outside) are scaled into them to count.
+STEP_FRACTION = 0.1
+NEAR_FEASIBLE = 0.05
+# Finalists checked on every sample besides the best start.
+FINALISTS = 3
+# At most this many samples of the returned trajectory score it (a uniform stride).
+SCORE_SAMPLES = 2000
+# Forward-difference step of the regressor in each joint's position (rad) and velocity (rad/s).
 _FD_STEP = 1e-6
+# The design's Coulomb columns are tanh(dq / COULOMB_SMOOTHING) (rad/s) instead of sign(dq): the
+# same information, but a criterion that does not jump where a grid sample's velocity changes sign.
+COULOMB_SMOOTHING = 0.02
 _FEASIBLE_TOL = 1e-6
 _RANK_TOL = 1e-9
 _MAX_SHRINK_STEPS = 60
+_BISECTION_STEPS = 12
+# what SLSQP sees for a design whose information matrix is singular (inf)
+_SINGULAR_VALUE = 1e3
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,10 +253,14 @@ def actuator_torque_limits(robot: Robot | mujoco.MjModel) -> np.ndarray | None:
     return None if np.all(np.isinf(result)) else result
 
 
+def default_criterion(config: IdentificationConfig) -> str:
+    """The criterion an excitation for ``config`` is designed for: ``payload`` in the terminal
+    scope (the terminal body's 10 parameters, friction as nuisance), ``d_optimal`` in the full scope."""
+    return DEFAULT_CRITERIA[config.scope]
 
-# A plan's nominal torques may use this fraction of the actuators' limits: the rest is for what
-# the nominal model does not know (a payload) and for the tracking controller's corrections.
-TORQUE_USAGE = 0.8
+
+# the name the multisine's slowing (and the CLI) know the share of the torque limits by
+TORQUE_USAGE = TORQUE_SHARE
 # each retry slows the plan by a factor in [_MIN_SLOWDOWN, _MAX_SLOWDOWN]: at most ~35 tries from 2 rad/s
 _MIN_SLOWDOWN, _MAX_SLOWDOWN = 0.3, 0.9
 
@@ -240,20 +289,27 @@ def slow_to_torque_limits(make_plan, robot: Robot, max_velocity: float, torque_l
             return plan, velocity, peak
         velocity = max(min_velocity, velocity * min(_MAX_SLOWDOWN, max(_MIN_SLOWDOWN, usage / peak)))
 
+
 @dataclass(frozen=True, eq=False)
 class ExcitationDesign:
     """Result of ``optimize_excitation``.
 
     ``trajectory``: the series sampled at the requested rate (time (N,) s; q, dq, ddq (N, n)),
     at rest at ``series.evaluate(0)`` at both ends. ``series``: its FourierSeries
-    (coefficients). ``criterion`` and ``criterion_value``: what was minimised, on the search
-    grid; ``initial_criterion_value``: the best of the random starting points. Condition
-    numbers of the base regressor on the returned trajectory: ``condition_number`` and
-    ``condition_number_scaled`` (unit-norm columns). ``iterations`` SLSQP iterations over all
-    ``restarts``; ``elapsed_s`` wall time. ``limits_met``: every sample of ``trajectory``
-    within all limits; ``limit_usage`` kind -> (n,) peak over the samples of value / limit
-    (position: |q - centre| / half-width of the range less the margin), <= 1 within limits,
-    0 where a joint has no such limit.
+    (coefficients). ``criterion``: what was minimised; ``criterion_value`` its value on the
+    returned trajectory (at most SCORE_SAMPLES samples of it; lower is better: -(1/r) log det of
+    the unit-free information matrix, or the log of a condition number);
+    ``initial_criterion_value`` the same for the best start after the same checks: never lower.
+    Condition numbers of the base regressor on the returned trajectory: ``condition_number``
+    and ``condition_number_scaled`` (unit-norm columns). ``restarts`` local searches,
+    ``iterations`` SLSQP iterations over all of them, ``evaluations`` criterion evaluations,
+    ``workers`` processes, ``elapsed_s`` wall time. ``limits_met``: every sample of
+    ``trajectory`` within all limits; ``limit_usage`` kind -> (n,) peak over the samples of
+    value / limit (position: |q - centre| / half-width of the range less the margin; torque:
+    the nominal torque over the share of the limit it may use), <= 1 within limits, 0 where a
+    joint has no such limit; with collision geometry ``clearance`` (1,): the clearance asked
+    for over the smallest distance between geoms. ``min_clearance`` that distance (m), None
+    without collision geometry.
     """
 
     trajectory: Trajectory
@@ -268,6 +324,9 @@ class ExcitationDesign:
     elapsed_s: float
     limits_met: bool
     limit_usage: dict
+    evaluations: int = 0
+    workers: int = 1
+    min_clearance: float | None = None
 
 
 def _condition_numbers(matrices: np.ndarray, rank: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -283,8 +342,16 @@ def _condition_numbers(matrices: np.ndarray, rank: int | None = None) -> tuple[n
     return out[0], out[1]
 
 
+def _subsampled(trajectory: Trajectory, max_samples: int):
+    """q, dq, ddq of at most ``max_samples`` samples at a uniform stride."""
+    if max_samples < 2:
+        raise ValueError(f"max_samples must be >= 2, got {max_samples}")
+    stride = max(1, int(np.ceil(np.shape(trajectory.q)[0] / max_samples)))
+    return tuple(np.asarray(a, dtype=float)[::stride] for a in (trajectory.q, trajectory.dq, trajectory.ddq))
+
+
 def regressor_condition(robot: Robot, trajectory: Trajectory, config: IdentificationConfig | None = None,
-                        max_samples: int = 2000) -> tuple[float, float]:
+                        max_samples: int = SCORE_SAMPLES) -> tuple[float, float]:
     """Condition number of the base regressor along ``trajectory``: (raw, unit-norm columns).
 
     The independent columns of ``config`` (default IdentificationConfig(): terminal scope with
@@ -292,55 +359,31 @@ def regressor_condition(robot: Robot, trajectory: Trajectory, config: Identifica
     (the condition number of a smooth trajectory barely changes with denser sampling).
     """
     config = IdentificationConfig() if config is None else config
-    if max_samples < 2:
-        raise ValueError(f"max_samples must be >= 2, got {max_samples}")
-    num = np.shape(trajectory.q)[0]
-    stride = max(1, int(np.ceil(num / max_samples)))
-    q, dq, ddq = (np.asarray(a, dtype=float)[::stride] for a in (trajectory.q, trajectory.dq, trajectory.ddq))
-    columns, _ = base_regressor(robot, config, q, dq, ddq)
+    columns, _ = base_regressor(robot, config, *_subsampled(trajectory, max_samples))
     raw, scaled = _condition_numbers(columns.reshape(1, -1, columns.shape[-1]))
     return float(raw[0]), float(scaled[0])
 
 
-def _extreme_triplets(matrix: np.ndarray, rank: int | None):
-    """(u, sigma, v) of the largest and of the rank-th singular value of ``matrix`` (rows, r).
-
-    From the eigenvectors of the small Gram matrix: far cheaper than an SVD of the tall matrix,
-    and accurate to about
-    eps * cond^2 relative, plenty for the search (the results are reported with an SVD).
-    """
-    matrix = np.ascontiguousarray(matrix)
-    cols = matrix.shape[-1]
-    rank = cols if rank is None else rank
-    # einsum, not BLAS: a threaded BLAS call waits for its threads to be scheduled, which on
-    # a busy machine costs more than the product itself at these sizes
-    eig, vec = np.linalg.eigh(np.einsum("ij,ik->jk", matrix, matrix))      # ascending
-    out = []
-    for k in (cols - 1, cols - rank):
-        sigma = float(np.sqrt(max(eig[k], 0.0)))
-        u = np.einsum("ij,j->i", matrix, vec[:, k]) / sigma if sigma > 0 else np.zeros(matrix.shape[0])
-        out.append((u, sigma, vec[:, k]))
-    return out[0], out[1]
-
-
-class _OutOfTime(Exception):
-    pass
-
-
 class _Problem:
-    """The search problem. The optimizer moves unconstrained coordinates y (n * 2 (H - 1),);
-    ``squash`` maps them to free coordinates x (rad/s) that keep position, velocity and
-    acceleration within their limits on a dense grid, so only the torque limits (nonlinear)
-    remain as constraints. Caches the last point and tracks the best feasible one."""
+    """The design problem on free coordinates x (n * 2 (H - 1),) rad/s: the criterion and the
+    constraints (each >= 0 when met) on grids of one period, their gradients, feasible starts
+    and a local search. Caches the last point; tracks the best feasible point of a search."""
 
     def __init__(self, robot, config, criterion, weights, noise_std, harmonics, base_frequency, start,
-                 lower, upper, v_max, a_max, tau_max, deadline):
-        self.robot, self.config, self.criterion = robot, config, criterion
+                 lower, upper, v_max, a_max, tau_max, clearance):
+        self.robot, self.criterion = robot, criterion
+        # designed for the arm's own joint physics (a real arm's: what the plan will be run on),
+        # whatever source the identification's data will later come from
+        config = replace(config, physics=None)
+        # the regressor the design sees: Coulomb's sign smoothed, or the criterion would jump
+        # wherever a grid sample's velocity changes sign
+        smoothing = max(config.joint_model.smoothing, COULOMB_SMOOTHING)
+        self.config = replace(config, joint_model=JointModel(config.joint_model.terms, smoothing))
         self.n, self.dim_joint = robot.n_joints, 2 * (harmonics - 1)
         self.dim = self.n * self.dim_joint
-        self.start = start
+        self.start_pose = start
         self.room_up, self.room_down = upper - start, start - lower      # rad, inf where unlimited
-        self.deadline = deadline
+        self.deadline = np.inf
         period = 1.0 / base_frequency
         # criterion grid offset by half a step: the rest samples (dq = 0 exactly, where a
         # Coulomb sign flips on round-off) are not on it; periodicity makes one period enough
@@ -350,30 +393,109 @@ class _Problem:
         self.dense = _linear_maps(harmonics, base_frequency, np.arange(gc) * period / gc)
         self.base = structural_base_parameters(robot, config)
         self.beta_nominal = self.base.projection @ model_parameter_vector(robot, column_names(robot, config))
-        self.row_weight = 1.0 / noise_std                                  # Omega^(1/2), per joint
+        self.row_weight = np.mean(noise_std) / noise_std                    # Sigma^(-1/2), relative
         self.weights = weights
         self.v_lim, self.a_lim = v_max, a_max
         self.t_lim = tau_max * SEARCH_TORQUE_FRACTION
         self.torque_limited = bool(np.any(np.isfinite(tau_max)))
+        self.clearance = clearance if clearance is not None and clearance.active else None
+        # the terminal body's columns come first in the terminal scope
+        self.interest = np.flatnonzero(self.base.independent < 10) if criterion == "payload" else None
+        self.scale = self._reference_scale()
         self.part_ranks = self._part_ranks() if criterion == "weighted" else None
-        self._cache = {}
-        self.best = None       # (log criterion, y) of the best feasible point evaluated
-        self.least_bad = None  # (torque violation, y) while none is feasible
+        self._cache = (None, None)
+        self.best = self.near = (np.inf, None)
+        self.evaluations = 0
 
-    # --- states ---------------------------------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_cache"] = (None, None)
+        return state
+
+    # --- states and matrices --------------------------------------------------------------
+
+    def _random_states(self, gen: np.random.Generator, count: int):
+        """Random states (1, count, n) within the limits (unlimited: +-pi, 2 rad/s, 10 rad/s^2)."""
+        lo = np.where(np.isfinite(self.room_down), self.start_pose - self.room_down, self.start_pose - np.pi)
+        hi = np.where(np.isfinite(self.room_up), self.start_pose + self.room_up, self.start_pose + np.pi)
+        v = np.where(np.isfinite(self.v_lim), self.v_lim, 2.0)
+        a = np.where(np.isfinite(self.a_lim), self.a_lim, 10.0)
+        shape = (1, count, self.n)
+        return gen.uniform(lo, hi, shape), gen.uniform(-v, v, shape), gen.uniform(-a, a, shape)
+
+    def _reference_scale(self) -> np.ndarray:
+        """Each base column's RMS (r,) on random states within the limits: the unit of the
+        information matrix (it shifts the D-criteria by a constant, which makes them unit-free)."""
+        q, dq, ddq = self._random_states(np.random.default_rng(self.config.seed), max(400, 4 * self.base.rank))
+        columns, _ = base_regressor(self.robot, self.config, q[0], dq[0], ddq[0], base=self.base)
+        rms = np.sqrt(np.mean(columns ** 2, axis=(0, 1)))
+        return np.where(rms > 0, rms, 1.0)
+
+    def _part_ranks(self) -> tuple[int, int, int]:
+        """Structural ranks of the acceleration, velocity and gravity parts, on random states."""
+        states = self._random_states(np.random.default_rng(self.config.seed), max(200, 4 * self.base.rank))
+        parts, _ = self._parts(*states)
+        ranks = []
+        for part in parts:
+            mat = part[0]
+            norms = np.linalg.norm(mat, axis=0)
+            s = np.linalg.svd(mat[:, norms > 0] / norms[norms > 0], compute_uv=False)
+            ranks.append(int(np.sum(s > _RANK_TOL * s[0])) if s.size and s[0] > 0 else 0)
+        return tuple(ranks)
+
+    def _parts(self, q, dq, ddq):
+        """Acceleration, velocity and gravity parts (m, G n, r) of the base regressor of the
+        states (m, G, n), and the torque of everything known (m, G, n), from one regressor call."""
+        m, g, n = q.shape
+        zero = np.zeros_like(q)
+        stacked = [np.concatenate(a, axis=0).reshape(-1, n) for a in ((q, q, q), (zero, dq, zero), (zero, zero, ddq))]
+        cols, known = base_regressor(self.robot, self.config, *stacked, base=self.base)
+        gravity, velocity, acceleration = (c.reshape(m, g * n, -1) for c in np.split(cols, 3, axis=0))
+        k_gravity, k_velocity, k_acceleration = (k.reshape(m, g, n) for k in np.split(known, 3, axis=0))
+        return (acceleration - gravity, velocity - gravity, gravity), k_acceleration + k_velocity - k_gravity
 
     def _states(self, xs: np.ndarray, maps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """q, dq, ddq (m, G, n) of a batch xs (m, dim) on the grid of ``maps``."""
         coords = xs.reshape(xs.shape[0], self.n, self.dim_joint)
         dev, vel, acc = (np.einsum("gk,mjk->mgj", mat, coords) for mat in maps)
-        return self.start + dev, vel, acc
+        return self.start_pose + dev, vel, acc
+
+    def _matrices(self, q, dq, ddq) -> tuple[list, np.ndarray]:
+        """The criterion's matrices [(m, G n, r)] and the nominal joint torques (m, G, n) N m of
+        states (m, G, n): [W] or, for ``weighted``, [W, W_a, W_v, W_g]."""
+        m, g, n = q.shape
+        if self.criterion == "weighted":
+            parts, known = self._parts(q, dq, ddq)
+            whole = parts[0] + parts[1] + parts[2]
+            return [whole, *parts], (whole @ self.beta_nominal).reshape(m, g, n) + known
+        cols, known = base_regressor(self.robot, self.config, q.reshape(-1, n), dq.reshape(-1, n),
+                                     ddq.reshape(-1, n), base=self.base)
+        return [cols.reshape(m, g * n, -1)], (cols @ self.beta_nominal + known).reshape(m, g, n)
+
+    def _criterion(self, matrices: list) -> tuple[float, list]:
+        """The criterion of one state set's matrices [(rows, r)] and its matrix gradients."""
+        if self.criterion == "condition":
+            value, grad = log_condition_scaled(matrices[0])
+            return value, [grad]
+        if self.criterion == "weighted":
+            return weighted_condition(matrices, self.weights, self.part_ranks, self.row_weight)
+        value, grad = log_det_information(matrices[0], self.row_weight, self.scale, self.interest)
+        return value, [grad]
+
+    def score(self, trajectory: Trajectory) -> float:
+        """The criterion on (at most SCORE_SAMPLES samples of) a trajectory."""
+        q, dq, ddq = _subsampled(trajectory, SCORE_SAMPLES)
+        matrices, _ = self._matrices(q[None], dq[None], ddq[None])
+        return float(self._criterion([m[0] for m in matrices])[0])
+
+    # --- constraints ----------------------------------------------------------------------
 
     def usage(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Smooth peak usage (n,) of each joint's position, velocity and acceleration limits
         on the dense grid, and its gradient (n, d) with respect to the joint's coordinates.
 
         The p-norm over samples and kinds of value / limit: at least the largest, positively
-        homogeneous of degree 1 in the joint's coordinates, smooth.
+        homogeneous of degree 1 and convex in the joint's coordinates, smooth.
         """
         coords = x.reshape(self.n, self.dim_joint)
         dev_map, vel_map, acc_map = self.dense
@@ -393,79 +515,6 @@ class _Problem:
         rows = np.concatenate([dev_map, vel_map, acc_map])                   # (3G, d)
         return u, dz.T @ rows
 
-    def squash(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """x = y_j (1 + u_j^k)^(-1/k) per joint with u_j its usage: the usage of x is below 1.
-        Returns x (dim,) and the Jacobian blocks (n, d, d) of x_j with respect to y_j."""
-        u, du = self.usage(y)
-        k = SQUASH_SHARPNESS
-        with np.errstate(over="ignore"):
-            uk = u ** k
-            phi = np.where(np.isfinite(uk), (1.0 + uk) ** (-1.0 / k), 1.0 / np.where(u > 0, u, 1.0))
-            dphi = np.where(np.isfinite(uk), -u ** (k - 1) * (1.0 + uk) ** (-1.0 / k - 1.0), -1.0 / np.where(u > 0, u, 1.0) ** 2)
-        coords = y.reshape(self.n, self.dim_joint)
-        x = (coords * phi[:, None]).reshape(-1)
-        jac = phi[:, None, None] * np.eye(self.dim_joint) + dphi[:, None, None] * coords[:, :, None] * du[:, None, :]
-        return x, jac
-
-    def _part_ranks(self) -> tuple[int, int, int]:
-        """Structural ranks of the acceleration, velocity and gravity parts, on random states."""
-        gen = np.random.default_rng(self.config.seed)
-        lo = np.where(np.isfinite(self.room_down), self.start - self.room_down, -np.pi)
-        hi = np.where(np.isfinite(self.room_up), self.start + self.room_up, np.pi)
-        count = max(200, 4 * self.base.rank)
-        q = gen.uniform(lo, hi, (1, count, self.n))
-        parts, _ = self._parts(q, gen.uniform(-2, 2, q.shape), gen.uniform(-5, 5, q.shape))
-        ranks = []
-        for part in parts:
-            mat = part[0]
-            norms = np.linalg.norm(mat, axis=0)
-            s = np.linalg.svd(mat[:, norms > 0] / norms[norms > 0], compute_uv=False)
-            ranks.append(int(np.sum(s > _RANK_TOL * s[0])) if s.size and s[0] > 0 else 0)
-        return tuple(ranks)
-
-    def _parts(self, q, dq, ddq):
-        """Acceleration, velocity and gravity parts (m, G n, r) of the base regressor, unweighted,
-        and the torque of everything known (m, G, n), from one batched regressor call."""
-        m, g, n = q.shape
-        zero = np.zeros_like(q)
-        stacked = [np.concatenate(a, axis=0).reshape(-1, n) for a in ((q, q, q), (zero, dq, zero), (zero, zero, ddq))]
-        cols, known = base_regressor(self.robot, self.config, *stacked, base=self.base)
-        gravity, velocity, acceleration = (c.reshape(m, g * n, -1) for c in np.split(cols, 3, axis=0))
-        k_gravity, k_velocity, k_acceleration = (k.reshape(m, g, n) for k in np.split(known, 3, axis=0))
-        return (acceleration - gravity, velocity - gravity, gravity), k_acceleration + k_velocity - k_gravity
-
-    # --- evaluation ---------------------------------------------------------------------------
-
-    def _batch(self, xs: np.ndarray) -> tuple[list, np.ndarray]:
-        """Criterion terms and the nominal joint torques (m, G, n) N m of a batch xs (m, dim).
-
-        Terms: (weight, rank, matrices (m, rows, r)); the criterion is the sum of weight times
-        sigma_1 / sigma_rank of each term's matrix (rank None: all columns).
-        """
-        if _time.perf_counter() > self.deadline:
-            raise _OutOfTime
-        q, dq, ddq = self._states(xs, self.maps)
-        m, g, n = q.shape
-        if self.criterion == "weighted":
-            parts, known = self._parts(q, dq, ddq)
-            columns = parts[0] + parts[1] + parts[2]
-            torque = (columns @ self.beta_nominal).reshape(m, g, n) + known
-            # Omega^(1/2) W: each joint's rows divided by its noise standard deviation
-            rows = self.row_weight[np.tile(np.arange(n), g)][None, :, None]
-            terms = [(float(np.sum(self.weights)), None, columns * rows)]
-            terms += [(w, rank, part * rows) for w, part, rank in zip(self.weights, parts, self.part_ranks)
-                      if w > 0 and rank > 0]
-        else:
-            cols, known = base_regressor(self.robot, self.config, q.reshape(-1, n), dq.reshape(-1, n),
-                                         ddq.reshape(-1, n), base=self.base)
-            torque = (cols @ self.beta_nominal + known).reshape(m, g, n)
-            cols = cols.reshape(m, g * n, -1)
-            if self.criterion == "scaled_condition":
-                norms = np.linalg.norm(cols, axis=1, keepdims=True)
-                cols = cols / np.where(norms > 0, norms, 1.0)
-            terms = [(1.0, None, cols)]
-        return terms, torque
-
     def _torque_slack(self, torque: np.ndarray):
         """Kreisselmeier-Steinhauser aggregate of 1 - |torque| / limit over the grid, per joint.
 
@@ -483,99 +532,195 @@ class _Problem:
         half = torque.shape[0]
         return slack, -(weights[:half] - weights[half:])
 
-    def _point(self, y: np.ndarray) -> dict:
-        key = y.tobytes()
-        entry = self._cache.get(key)
-        if entry is None:
-            x, squash_jac = self.squash(y)
-            terms, torque = self._batch(x[None])
-            # singular triplets of the extremes: the gradient needs them (first-order perturbation)
-            triplets, total = [], 0.0
-            for weight, rank, mats in terms:
-                top, bottom = _extreme_triplets(mats[0], rank)
-                cond = top[1] / bottom[1] if bottom[1] > 0 else np.inf
-                triplets.append((weight, cond, top, bottom))
-                total += weight * cond
-            slack, slack_torque = self._torque_slack(torque[0])
-            value = float(np.log(total)) if np.isfinite(total) else 1e3  # rank lost: far worse than any
-            entry = {"x": x, "squash_jac": squash_jac, "value": value, "total": total, "triplets": triplets,
-                     "torque": torque[0], "slack": slack, "slack_torque": slack_torque}
-            self._cache = {key: entry}
-            violation = float(np.sum(np.maximum(-slack, 0.0)))
-            if violation <= _FEASIBLE_TOL:
-                if self.best is None or value < self.best[0]:
-                    self.best = (value, y.copy())
-            elif self.best is None and (self.least_bad is None or violation < self.least_bad[0]):
-                self.least_bad = (violation, y.copy())
+    def _clearance_slack(self, q: np.ndarray):
+        """Smooth minimum of (distance - clearance) over the geom pairs and grid samples q (G, n),
+        in units of the band (>= 0: clear), and its gradient (G, n) with respect to q."""
+        clear = self.clearance
+        samples, dist, grad = clear.distances(q, gradient_below=clear.clearance + _CLEARANCE_GRADIENT_BAND)
+        # the band's edge stands for every pair beyond it: the minimum is continuous as pairs enter
+        z = np.concatenate([dist - clear.clearance, [clear.band]])
+        low = np.min(z)
+        e = np.exp(-CLEARANCE_SHARPNESS * (z - low))
+        total = np.sum(e)
+        slack = low - np.log(total) / CLEARANCE_SHARPNESS
+        dslack = np.zeros(q.shape)
+        np.add.at(dslack, samples, (e[:-1] / total)[:, None] * grad)
+        return slack / clear.band, dslack / clear.band
+
+    def _slacks(self, q: np.ndarray, torque: np.ndarray) -> np.ndarray:
+        """Torque and clearance constraints (each >= 0 when met) at grid states q, torque (G, n)."""
+        parts = [self._torque_slack(torque)[0]] if self.torque_limited else []
+        if self.clearance is not None:
+            parts.append([self._clearance_slack(q)[0]])
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    # --- evaluation -----------------------------------------------------------------------
+
+    def _point(self, x: np.ndarray) -> dict:
+        key = x.tobytes()
+        if self._cache[0] == key:
+            return self._cache[1]
+        if _time.monotonic() > self.deadline:
+            raise multistart.OutOfTime
+        q, dq, ddq = self._states(x[None], self.maps)
+        matrices, torque = self._matrices(q, dq, ddq)
+        value, grads = self._criterion([m[0] for m in matrices])
+        u, du = self.usage(x)
+        constraints, entry = [1.0 - u], {}
+        if self.torque_limited:
+            slack, entry["d_torque_slack"] = self._torque_slack(torque[0])
+            constraints.append(slack)
+        if self.clearance is not None:
+            slack, entry["d_clearance_slack"] = self._clearance_slack(q[0])
+            constraints.append([slack])
+        constraints = np.concatenate(constraints)
+        entry.update(x=x.copy(), value=value, grads=grads, states=(q[0], dq[0], ddq[0]),
+                     matrices=[m[0] for m in matrices], torque=torque[0], du=du, constraints=constraints)
+        self._cache = (key, entry)
+        self.evaluations += 1
+        violation = -float(np.min(constraints, initial=0.0))
+        if np.isfinite(value) and violation <= _FEASIBLE_TOL and value < self.best[0]:
+            self.best = (value, x.copy())
+        elif np.isfinite(value) and violation <= NEAR_FEASIBLE and value < self.near[0]:
+            self.near = (value, x.copy())
         return entry
 
-    def _to_y(self, entry: dict, grad_x: np.ndarray) -> np.ndarray:
-        """Chain rule through ``squash``: (..., dim) in x to (..., dim) in y."""
-        blocks = grad_x.reshape(grad_x.shape[:-1] + (self.n, self.dim_joint))
-        return np.einsum("...ji,jik->...jk", blocks, entry["squash_jac"]).reshape(grad_x.shape)
+    def _gradients(self, x: np.ndarray) -> dict:
+        entry = self._point(x)
+        if "grad" in entry:
+            return entry
+        q, dq, ddq = entry["states"]
+        g, n = q.shape
+        # each joint's position, velocity and acceleration stepped in turn: (3 n, G, n) states;
+        # W is linear in ddq, so a unit step there is exact
+        steps = np.concatenate([np.full((2 * n, g), _FD_STEP), np.ones((n, g))])          # (3n, G)
+        batch = [np.repeat(a[None], 3 * n, axis=0) for a in (q, dq, ddq)]
+        for kind in range(3):
+            for j in range(n):
+                batch[kind][kind * n + j, :, j] += steps[kind * n + j]
+        matrices, torque = self._matrices(*batch)
+        # directional derivative of the criterion along each step, per grid sample: (3n, G)
+        along = np.zeros((3 * n, g))
+        for mats, base, grad in zip(matrices, entry["matrices"], entry["grads"]):
+            diff = mats.reshape(3 * n, g, -1) - base.reshape(g, -1)
+            along += np.einsum("mgc,gc->mg", diff, grad.reshape(g, -1), optimize=False)
+        along /= steps
+        maps = self.maps
 
-    def _gradients(self, y: np.ndarray) -> dict:
-        entry = self._point(y)
-        if "grad" not in entry:
-            # forward differences of the matrices (not of the condition numbers: a singular value
-            # of a perturbed matrix is u' M v to first order, with the base point's vectors, so no
-            # SVD per perturbation), all perturbations in one vectorised regressor batch
-            x = entry["x"]
-            step = _FD_STEP * (1.0 + np.abs(x))
-            terms, torque = self._batch(x[None] + np.diag(step))
-            grad = np.zeros(self.dim)
-            if np.isfinite(entry["total"]):
-                for (weight, _, mats), (_, cond, top, bottom) in zip(terms, entry["triplets"]):
-                    d_top = (np.einsum("kij,i,j->k", mats, top[0], top[2], optimize=False) - top[1]) / step
-                    d_bottom = (np.einsum("kij,i,j->k", mats, bottom[0], bottom[2], optimize=False)
-                                - bottom[1]) / step
-                    grad += weight * cond * (d_top / top[1] - d_bottom / bottom[1])
-                grad /= entry["total"]
-            entry["grad"] = self._to_y(entry, grad)
-            d_torque = (torque - entry["torque"]) / step[:, None, None]                    # (dim, G, n)
-            entry["slack_jac"] = self._to_y(entry, np.einsum("kgj,gj->jk", d_torque, entry["slack_torque"]))
+        def to_x(per_state):  # (3, n, G, ...) derivatives with respect to the states -> x
+            return sum(np.einsum("jg...,gd->...jd", per_state[k], maps[k], optimize=False) for k in range(3))
+
+        grad = to_x(along.reshape(3, n, g)).reshape(-1) if np.isfinite(entry["value"]) else np.zeros(self.dim)
+        blocks = [-scipy.linalg.block_diag(*entry["du"])]                       # usage: joint-local
+        if self.torque_limited:
+            d_torque = (torque - entry["torque"][None]) / steps[:, :, None]     # (3n, G, n)
+            per_state = d_torque * entry["d_torque_slack"][None]                 # slack of joint l: (3n, G, l)
+            blocks.append(to_x(per_state.reshape(3, n, g, n)).reshape(n, -1))
+        if self.clearance is not None:
+            d_q = entry["d_clearance_slack"]                                     # (G, n)
+            blocks.append(np.einsum("gj,gd->jd", d_q, maps[0]).reshape(1, -1))
+        entry["grad"], entry["jac"] = grad, np.concatenate(blocks)
         return entry
 
-    def fun(self, y):
-        return self._point(y)["value"]
+    def fun(self, x):
+        value = self._point(x)["value"]
+        return value if np.isfinite(value) else _SINGULAR_VALUE
 
-    def criterion_of(self, y: np.ndarray) -> float:
-        """The criterion (not its log; inf when a rank is lost) at coordinates y (dim,)."""
-        return self._point(y)["total"]
+    def jac(self, x):
+        return self._gradients(x)["grad"]
 
-    def criterion_at(self, x: np.ndarray) -> float:
-        """The criterion (not its log) at free coordinates x (dim,)."""
-        terms, _ = self._batch(x[None])
-        total = 0.0
-        for weight, rank, mats in terms:
-            sing = np.linalg.svd(mats[0], compute_uv=False)
-            last = (mats.shape[-1] if rank is None else rank) - 1
-            total += weight * (sing[0] / sing[last] if sing[last] > 0 else np.inf)
-        return float(total)
+    def constraints(self, x):
+        return self._point(x)["constraints"]
 
-    def jac(self, y):
-        return self._gradients(y)["grad"]
+    def constraints_jac(self, x):
+        return self._gradients(x)["jac"]
 
-    def slack(self, y):
-        return self._point(y)["slack"]
+    # --- starts and local search -------------------------------------------------------------
 
-    def slack_jac(self, y):
-        return self._gradients(y)["slack_jac"]
+    def _feasible_on_grid(self, x: np.ndarray) -> bool:
+        """Every constraint met on its grid (no criterion evaluated)."""
+        if _time.monotonic() > self.deadline:
+            raise multistart.OutOfTime
+        if np.any(self.usage(x)[0] > 1.0):
+            return False
+        q, dq, ddq = (s[0] for s in self._states(x[None], self.maps))
+        torque = self.robot.inverse_dynamics(q, dq, ddq)
+        return bool(np.all(self._slacks(q, torque) >= 0))
 
-    # --- starting points ----------------------------------------------------------------------
+    def _scaled_into_limits(self, x: np.ndarray) -> np.ndarray:
+        """x scaled toward rest (bisection on a common factor in [0, 1]) until every constraint
+        holds on the grid; x itself when it does."""
+        if self._feasible_on_grid(x):
+            return x
+        low, high = 0.0, 1.0
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if self._feasible_on_grid(mid * x) else (low, mid)
+        return low * x
 
-    def random_start(self, gen: np.random.Generator) -> np.ndarray:
-        """Random coordinates, each joint scaled to a usage of 0.5-1.5 (squashed: 0.5-0.9)."""
-        y = gen.standard_normal(self.dim)
-        u, _ = self.usage(y)
-        target = gen.uniform(0.5, 1.5, self.n)
-        scale = np.where(u > 0, target / np.where(u > 0, u, 1.0), 1.0)
-        return (y.reshape(self.n, -1) * scale[:, None]).reshape(-1)
+    def start(self, gen: np.random.Generator, incumbent=None) -> np.ndarray:
+        """A start within every limit on the grid: random coordinates with each joint's peak
+        usage of its linear limits in START_USAGE, or the incumbent perturbed by WARM_SPREAD;
+        then scaled toward rest (bisection on a common factor) until the torques and the
+        clearance hold. Raises multistart.OutOfTime past the deadline."""
+        if incumbent is None:
+            coords = gen.standard_normal((self.n, self.dim_joint))
+            u, _ = self.usage(coords.reshape(-1))
+            target = gen.uniform(*START_USAGE, self.n)
+        else:
+            base = np.asarray(incumbent, dtype=float).reshape(self.n, self.dim_joint)
+            spread = np.sqrt(np.mean(base ** 2, axis=1, keepdims=True))
+            coords = base + WARM_SPREAD * spread * gen.standard_normal(base.shape)
+            u, _ = self.usage(coords.reshape(-1))
+            target = np.minimum(u, 1.0)
+        coords = coords * np.where(u > 0, target / np.where(u > 0, u, 1.0), 1.0)[:, None]
+        return self._scaled_into_limits(coords.reshape(-1))
+
+    def local_search(self, x0: np.ndarray, max_iterations: int, deadline: float):
+        """SLSQP from x0 until it converges, ``max_iterations`` or the deadline.
+
+        The criterion is scaled so that the first step (a gradient step: SLSQP's first Hessian
+        estimate is the identity) moves x by STEP_FRACTION of its size, not by the gradient's
+        size in rad/s. SLSQP approaches the constraints from outside; the best point within
+        NEAR_FEASIBLE of them is scaled toward rest until it meets them on the grid.
+        Returns (x0, its value (inf if infeasible), best feasible x or None, its value,
+        iterations, evaluations, message)."""
+        self.deadline, self.best, self.near, self.evaluations = deadline, (np.inf, None), (np.inf, None), 0
+        counter = {"nit": 0}
+
+        def count(_x):
+            counter["nit"] += 1
+        start_value, message = np.inf, "time limit"
+        try:
+            entry = self._point(x0)  # the start counts even if the budget ends in its first gradient
+            if np.all(entry["constraints"] >= -_FEASIBLE_TOL):
+                start_value = entry["value"]
+            entry = self._gradients(x0)
+            size = np.linalg.norm(entry["grad"])
+            factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
+            result = scipy.optimize.minimize(
+                lambda x: factor * self.fun(x), x0, jac=lambda x: factor * self.jac(x), method="SLSQP",
+                callback=count, options={"maxiter": max_iterations, "ftol": 1e-6 * factor},
+                constraints=[{"type": "ineq", "fun": self.constraints, "jac": self.constraints_jac}])
+            message = str(result.message)
+        except multistart.OutOfTime:
+            pass
+        self.deadline = np.inf  # the repair below is part of this search's result
+        best_value, best_x = self.best
+        if self.near[1] is not None and self.near[0] < best_value:
+            repaired = self._scaled_into_limits(self.near[1])
+            value = self._point(repaired)["value"]
+            if value < best_value:
+                best_value, best_x = value, repaired
+        return x0, start_value, best_x, best_value, counter["nit"], self.evaluations, message
 
 
-def _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_max) -> dict:
-    """kind -> (n,) peak of value / limit over every sample (0 where unlimited)."""
-    centre = np.where(np.isfinite(upper - lower), 0.5 * (upper + lower), 0.0)
+def _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_max, clearance) -> tuple[dict, float | None]:
+    """kind -> (n,) peak of value / limit over every sample (0 where unlimited), and the smallest
+    distance between collision geoms (m; None without ``clearance``)."""
+    finite = np.isfinite(upper - lower)
+    centre = np.zeros_like(lower)
+    centre[finite] = 0.5 * (upper[finite] + lower[finite])  # (inf + -inf of an unlimited joint is nan)
     half = 0.5 * (upper - lower)
     torque = robot.inverse_dynamics(trajectory.q, trajectory.dq, trajectory.ddq)
     peaks = {"position": (np.max(np.abs(trajectory.q - centre), axis=0), half),
@@ -588,24 +733,34 @@ def _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_max) -> dict
     if np.any(one_sided):
         beyond = np.maximum(np.max(trajectory.q - upper, axis=0), np.max(lower - trajectory.q, axis=0))
         usage["position"] = np.where(one_sided, np.where(beyond > 0, np.inf, 0.0), usage["position"])
-    return usage
+    if clearance is None:
+        return usage, None
+    nearest = float(np.min(clearance.minimum(trajectory.q)))
+    usage["clearance"] = np.array([clearance.clearance / nearest if nearest > 0 else np.inf])
+    return usage, nearest
 
 
 def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
-                        config: IdentificationConfig | None = None, criterion: str = "condition",
+                        config: IdentificationConfig | None = None, criterion: str | None = None,
                         n_harmonics: int = 8, base_frequency: float = 0.1, start=None,
                         position_margin: float = 0.05, max_velocity=2.0, max_acceleration=10.0,
-                        torque_limits="model", weights=(1.0, 1.0, 1.0), joint_noise_std=None,
-                        seed=None, time_limit_s: float = 60.0, max_restarts: int | None = None,
-                        max_iterations: int = 100) -> ExcitationDesign:
-    """Fourier excitation of ``duration`` s at ``sample_rate`` Hz with a well-conditioned regressor.
+                        torque_limits="model", torque_share: float = TORQUE_SHARE,
+                        min_clearance: float | None = DEFAULT_CLEARANCE, weights=(1.0, 1.0, 1.0),
+                        joint_noise_std=None, seed=None, time_limit_s: float = 60.0,
+                        max_restarts: int | None = None, max_iterations: int = 100,
+                        workers: int = 1) -> ExcitationDesign:
+    """Fourier excitation of ``duration`` s at ``sample_rate`` Hz that tells the most about the
+    parameters ``config`` identifies.
 
-    robot: the nominal model (its regressor, joint ranges and inverse dynamics).
+    robot: the nominal model (its regressor, joint ranges, inverse dynamics, collision geoms).
     config: which parameters the excitation is for (scope, joint terms); default
     IdentificationConfig() (terminal scope, Coulomb and viscous friction).
-    criterion: ``condition`` (sigma_max / sigma_min of the base regressor), ``scaled_condition``
-    (the same with unit-norm columns) or ``weighted`` (Liu et al.'s sub-matrix criterion, with
-    ``weights`` (w_a, w_v, w_g) >= 0 and ``joint_noise_std`` (n,) N m, default all 1).
+    criterion: ``d_optimal`` (information about all base parameters), ``payload`` (about the
+    terminal body's parameters, the joint terms as nuisance; terminal scope only), ``condition``
+    (sigma_max / sigma_min of the base regressor with unit-norm columns) or ``weighted`` (Liu et
+    al.'s sub-matrix criterion, with ``weights`` (w_a, w_v, w_g) >= 0); see ``criteria``. None:
+    ``default_criterion(config)``. ``joint_noise_std`` (n,) N m, default all equal: each joint's
+    torque noise, which weighs its rows.
     n_harmonics H >= 2; base_frequency Hz: rounded to a whole number of periods in ``duration``
     (at least one), so the trajectory ends at rest where it starts. The defaults (8 harmonics
     of 0.1 Hz) span 0.1-0.8 Hz, a little above the multisine's band.
@@ -614,21 +769,32 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     range less ``position_margin`` (rad, kept from each finite limit).
     max_velocity rad/s, max_acceleration rad/s^2: scalars or (n,), None for no limit.
     torque_limits: (n,) N m (inf for none), None for none, or ``"model"``: the actuator limits
-    of the MJCF (``actuator_torque_limits``), none if it has none. Torques are the nominal
-    model's inverse dynamics (rigid bodies, armature, damping, Coulomb friction).
-    seed: for the random starting points; with the same seed and a search that ends before
-    ``time_limit_s`` (``max_restarts`` reached) the result is identical.
-    time_limit_s: wall-clock budget of the search, s (the final dense check comes on top);
-    max_restarts: number of SLSQP runs from random starts (default: as many as fit in time);
-    max_iterations: per run.
+    of the MJCF (``actuator_torque_limits``), none if it has none; the nominal torques (rigid
+    bodies, armature, damping, Coulomb friction) may use ``torque_share`` of them.
+    min_clearance: m, kept between every pair of geoms MuJoCo would collide (when the model has
+    collision geometry; pairs already nearer at the start pose are refused); None: not checked.
+    seed: for the starting points; with the same seed and a search that ends before
+    ``time_limit_s`` (``max_restarts`` reached) the result is identical, on one process or two.
+    time_limit_s: wall-clock budget of the search, s (model analysis before it and the final
+    checks after it come on top, and one start when the budget ends before any is scored); max_restarts: number of local searches (default: as many as
+    fit in time); max_iterations: SLSQP iterations per local search. workers: 1, or 2 to run
+    every other local search in a helper process (``multistart.search_workers`` says when that
+    pays); the
+    helper is started by multiprocessing's spawn, which imports the calling script's main
+    module: call from under ``if __name__ == "__main__":``, as multiprocessing asks.
     Returns an ExcitationDesign. Raises ValueError for bad arguments, including a start pose
-    whose gravity torque already exceeds the torque limits.
+    whose gravity torque already exceeds the torque limits or whose geoms are nearer than
+    ``min_clearance``.
     """
     import scipy.optimize  # here: SciPy's optimize costs a quarter second to import, and only this needs it
     started = _time.perf_counter()
     config = IdentificationConfig() if config is None else config
+    criterion = default_criterion(config) if criterion is None else criterion
     if criterion not in CRITERIA:
         raise ValueError(f"unknown criterion '{criterion}'; choose one of {CRITERIA}")
+    if criterion == "payload" and config.scope != "terminal":
+        raise ValueError("the payload criterion designs for the terminal body's parameters: it needs the terminal "
+                         "scope (use d_optimal or condition for the full scope)")
     if not np.isfinite(duration) or duration <= 0:
         raise ValueError(f"duration must be a finite number of seconds > 0, got {duration}")
     if not np.isfinite(sample_rate) or sample_rate <= 0:
@@ -649,6 +815,10 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
         raise ValueError("give a finite time_limit_s or max_restarts: the search would never end")
     if max_restarts is not None and max_restarts < 1:
         raise ValueError(f"max_restarts must be >= 1, got {max_restarts}")
+    if workers not in (1, 2):
+        raise ValueError(f"workers must be 1 or 2, got {workers}")
+    if not 0 < torque_share <= 1:
+        raise ValueError(f"torque_share must be in (0, 1], got {torque_share}")
     if not np.isfinite(position_margin) or position_margin < 0:
         raise ValueError(f"position_margin must be >= 0 rad, got {position_margin}")
     n = robot.n_joints
@@ -676,6 +846,7 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     tau_max = np.full(n, np.inf) if torque_limits is None else np.asarray(torque_limits, dtype=float)
     if tau_max.shape != (n,) or np.any(np.isnan(tau_max)) or np.any(tau_max <= 0):
         raise ValueError(f"torque_limits must be {n} values > 0 N m (inf for none), got {tau_max.tolist()}")
+    tau_design = tau_max * torque_share
     weights = np.asarray(weights, dtype=float)
     if weights.shape != (3,) or np.any(~np.isfinite(weights)) or np.any(weights < 0) or not np.any(weights > 0):
         raise ValueError(f"weights must be 3 finite values >= 0, not all zero, got {weights.tolist()}")
@@ -684,60 +855,70 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
         raise ValueError(f"joint_noise_std must be {n} finite values > 0 N m")
     zero = np.zeros((1, n))
     static = np.abs(robot.inverse_dynamics(start[None], zero, zero)[0])
-    over = np.flatnonzero(static > tau_max)
+    over = np.flatnonzero(static > tau_design)
     if over.size:
-        raise ValueError(f"the gravity torque at the start pose already exceeds the torque limits of joints "
-                         f"{[robot.joint_names[j] for j in over]}: {static[over].round(3).tolist()} N m")
+        raise ValueError(f"the gravity torque at the start pose already exceeds {torque_share:.0%} of the torque "
+                         f"limits of joints {[robot.joint_names[j] for j in over]}: "
+                         f"{static[over].round(3).tolist()} N m")
+    clearance = None
+    if min_clearance is not None:
+        clearance = Clearance(robot.model, min_clearance)
+        clearance = clearance if clearance.active else None
+    if clearance is not None:
+        near = [(d, g1, g2) for d, g1, g2 in clearance.pairs(start) if d < min_clearance]
+        if near:
+            dist, g1, g2 = min(near)
+            raise ValueError(f"at the start pose geoms {_geom_name(robot.model, g1)} and {_geom_name(robot.model, g2)} "
+                             f"are {dist * 1000:.1f} mm apart, nearer than min_clearance "
+                             f"{min_clearance * 1000:g} mm: pass another start or min_clearance=None")
 
     problem = _Problem(robot, config, criterion, weights, noise_std, n_harmonics, base_frequency, start,
-                       lower, upper, v_max, a_max, tau_max, started + time_limit_s)
-    gen = np.random.default_rng(seed)
-    constraints = [{"type": "ineq", "fun": problem.slack, "jac": problem.slack_jac}] if problem.torque_limited else []
-    iterations = restarts = 0
-    initial = np.inf
-    try:
-        while max_restarts is None or restarts < max_restarts:
-            y0 = problem.random_start(gen)
-            initial = min(initial, float(problem.criterion_of(y0)))
-            restarts += 1
-            counter = {"nit": 0}
-
-            def count(_y, counter=counter):
-                counter["nit"] += 1
-            try:
-                scipy.optimize.minimize(problem.fun, y0, jac=problem.jac, method="SLSQP", constraints=constraints,
-                                        callback=count, options={"maxiter": max_iterations, "ftol": 1e-6})
-            finally:
-                iterations += counter["nit"]
-    except _OutOfTime:
-        pass
+                       lower, upper, v_max, a_max, tau_design, clearance)
+    deadline = _time.monotonic() + time_limit_s
+    results = multistart.run(problem, seed, deadline, max_restarts, max_iterations, workers)
     problem.deadline = np.inf
-    if problem.best is not None:
-        x = problem.squash(problem.best[1])[0]
-    elif problem.least_bad is not None:
-        x = problem.squash(problem.least_bad[1])[0]
-    else:  # out of time before the first evaluation: stay at rest
-        x = np.zeros(problem.dim)
 
-    # the search saw grid points only: check every sample and shrink toward rest if needed
-    free = x.reshape(n, -1)
+    # finalists: the best points on the grid and the best start, checked and scored on every sample
     total = periods / base_frequency
-    for _ in range(_MAX_SHRINK_STEPS):
-        series = rest_to_rest_series(free, start, base_frequency)
-        trajectory = _exact_ends(series.trajectory(total, sample_rate), start)
-        usage = _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_max)
-        worst = max(float(np.max(u)) for u in usage.values())
-        if worst <= 1.0:
-            break
-        free = free * min(0.995, 1.0 / worst)
-    limits_met = worst <= 1.0
-    value = problem.criterion_at(free.reshape(-1))
+    candidates = sorted([(r.best_value, r.index, r.best_x) for r in results if r.best_x is not None] +
+                        [(r.start_value, r.index, r.start_x) for r in results if np.isfinite(r.start_value)],
+                        key=lambda c: (c[0], c[1]))
+    starts = sorted([(r.start_value, r.index, r.start_x) for r in results if np.isfinite(r.start_value)],
+                    key=lambda c: (c[0], c[1]))
+    finalists = candidates[:FINALISTS] + [s for s in starts[:1] if not any(s is c for c in candidates[:FINALISTS])]
+    if not finalists:  # the budget ended before any start was scored: one start on top of it, not rest
+        x0 = problem.start(np.random.default_rng(seed))
+        finalists = [(problem.fun(x0), -1, x0)]
+
+    def finish(x):
+        free = x.reshape(n, -1)
+        for _ in range(_MAX_SHRINK_STEPS):
+            series = rest_to_rest_series(free, start, base_frequency)
+            trajectory = _exact_ends(series.trajectory(total, sample_rate), start)
+            usage, nearest = _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_design, clearance)
+            worst = max(float(np.max(u)) for u in usage.values())
+            if worst <= 1.0:
+                break
+            free = free * min(0.995, 1.0 / worst)
+        return series, trajectory, usage, nearest, worst <= 1.0, problem.score(trajectory)
+
+    finished = [finish(x) for _, _, x in finalists]
+    scores = [(not f[4], f[5] if np.isfinite(f[5]) else np.inf, k) for k, f in enumerate(finished)]
+    series, trajectory, usage, nearest, limits_met, value = finished[min(scores)[2]]
+    start_scores = [f[5] for f, c in zip(finished, finalists) if starts and c is starts[0]]
     cond, cond_scaled = regressor_condition(robot, trajectory, config)
     return ExcitationDesign(
         trajectory=trajectory, series=series, criterion=criterion, criterion_value=value,
-        initial_criterion_value=initial, condition_number=cond, condition_number_scaled=cond_scaled,
-        iterations=iterations, restarts=restarts, elapsed_s=_time.perf_counter() - started,
-        limits_met=limits_met, limit_usage=usage)
+        initial_criterion_value=start_scores[0] if start_scores else np.inf, condition_number=cond,
+        condition_number_scaled=cond_scaled, iterations=sum(r.iterations for r in results), restarts=len(results),
+        elapsed_s=_time.perf_counter() - started, limits_met=limits_met, limit_usage=usage,
+        evaluations=sum(r.evaluations for r in results), workers=workers, min_clearance=nearest)
+
+
+def _geom_name(model: mujoco.MjModel, geom: int) -> str:
+    name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom)
+    body = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, model.geom_bodyid[geom])
+    return f"'{name}'" if name else f"#{geom} of body '{body}'"
 
 
 def _exact_ends(trajectory: Trajectory, start: np.ndarray) -> Trajectory:
