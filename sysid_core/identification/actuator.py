@@ -35,8 +35,7 @@ import numpy as np
 from ..dynamics.model import Robot
 from ..errors import DataError
 from . import estimation
-from .filtering import prepare
-from .identify import IdentificationConfig, base_regressor, identify, structural_base_parameters
+from .identify import IdentificationConfig, identify, regression_blocks, structural_base_parameters
 from .recording import Recording
 
 _TIME_EPS = 1e-6         # s: stamps of one clock compared with this slack
@@ -329,10 +328,13 @@ def calibrate_effort_gains(robot: Robot, alone: Recording, loaded: Recording, pa
     n = robot.n_joints
     blocks, targets = [], []
     for recording, with_payload in ((alone, False), (loaded, True)):
-        samples = prepare(recording.select(names), config.filter)
+        # the friction laws' columns filtered as the torque was (identify.regression_blocks)
+        parts = list(regression_blocks(robot, recording, config, base, nonlinear))
+        join = (lambda field: np.concatenate([getattr(s, field) for s, _, _ in parts]))
+        samples = Recording(join("time"), join("q"), join("dq"), join("tau"), names, join("ddq"))
         if samples.n_samples < 50:
             raise DataError(f"too few samples to calibrate effort gains: {samples.n_samples}")
-        w, known = base_regressor(robot, config, samples.q, samples.dq, samples.ddq, base, nonlinear)
+        w, known = (np.concatenate([part[k] for part in parts]) for k in (1, 2))
         num = samples.n_samples
         gain_cols = np.zeros((num, n, n))
         gain_cols[:, np.arange(n), np.arange(n)] = samples.tau
