@@ -38,7 +38,7 @@ from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque
 from .excitation.multistart import search_workers
 from .excitation.multisine import multisine
 from .excitation.trajectory import load_trajectory, resample, sample_rate as trajectory_rate, save_trajectory
-from .identification.actuator import (CommandLog, EffortGains, KnownPayload, apply_effort_gains,
+from .identification.actuator import (COM_NEEDED, CommandLog, EffortGains, KnownPayload, apply_effort_gains,
                                       calibrate_effort_gains, estimate_delay, mit_loop_correction)
 from .identification.filtering import FilterConfig, prepare
 from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
@@ -576,7 +576,8 @@ def build_calibration_parser() -> argparse.ArgumentParser:
                         help="the command log saved after --recording-with-mass")
     parser.add_argument("--mass", type=float, required=True, help="the added mass, kg (weighed)")
     parser.add_argument("--com", type=float, nargs=3, metavar=("X", "Y", "Z"),
-                        help="its centre of mass in the frame of --body, m (default: estimated)")
+                        help="its centre of mass in the frame of --body, m (needed: estimated from the same data, "
+                             "it takes the gains' scale with it)")
     parser.add_argument("--body", help="the body the mass is fixed to (default: the model's terminal body)")
     parser.add_argument("--output", type=Path, default=Path("effort_gains.json"),
                         help="gain file to write (default ./effort_gains.json)")
@@ -635,8 +636,7 @@ def _payload_torque(robot, loaded, payload: KnownPayload, config: Identification
     samples = prepare(loaded, config.filter)
     t = robot.terminal_index
     columns = robot.regressor(samples.q, samples.dq, samples.ddq)[..., 10 * t:10 * t + 4]
-    moment = np.zeros(3) if payload.com is None else payload.mass * np.asarray(payload.com, dtype=float)
-    known = payload.mass * columns[..., 0] + columns[..., 1:4] @ moment
+    known = payload.mass * columns[..., 0] + columns[..., 1:4] @ (payload.mass * np.asarray(payload.com, dtype=float))
     return np.sqrt(np.mean(known ** 2, axis=0))
 
 
@@ -645,7 +645,9 @@ def calibrate(args: argparse.Namespace) -> int:
     for value, option, low in ((args.cutoff, "--cutoff", 0.0), (args.max_delay, "--max-delay", 0.0)):
         if not (math.isfinite(value) and value > low):
             raise SysidError(f"{option} must be a finite number > {low:g}, got {value:g}")
-    payload = KnownPayload(args.mass, None if args.com is None else tuple(args.com))
+    if args.com is None:
+        raise SysidError(f"--com X Y Z: {COM_NEEDED}")
+    payload = KnownPayload(args.mass, tuple(args.com))
     if args.output.suffix.lower() != ".json" or not args.output.resolve().parent.is_dir():
         raise SysidError(f"--output {args.output}: a .json file in an existing directory")
     robot = load_robot(args.model, terminal_body=args.body, mesh_dir=args.mesh_dir)
@@ -657,8 +659,7 @@ def calibrate(args: argparse.Namespace) -> int:
     loaded, delay_loaded, step = _calibration_data(args, robot, args.recording_with_mass, args.commands_with_mass)
     # TMAX from the feedback's quantum; unknown (NaN) for data that are not the motor's 12-bit replies
     tmax = np.where(step > 0, 0.5 * TORQUE_STEPS * step, np.nan)
-    print(f"Calibrating ({payload.mass:g} kg" + ("" if payload.com is None else f" at {list(payload.com)} m")
-          + f", friction {args.friction_model})", flush=True)
+    print(f"Calibrating ({payload.mass:g} kg at {list(payload.com)} m, friction {args.friction_model})", flush=True)
     try:
         gains = calibrate_effort_gains(robot, alone, loaded, payload, config,
                                        delay=0.5 * (delay_alone.delay + delay_loaded.delay))

@@ -177,9 +177,11 @@ def test_nonlinear_friction_and_frictionloss_passes_do_not_depend_on_the_blocks(
             patch.setattr(filtering, "FILTER_BLOCK", 1024)
             patch.setattr(identify_module, "CACHE_BYTES", 0)
             streamed = identify(robot, data, config)
-        np.testing.assert_allclose(streamed.estimate.values, whole.estimate.values, rtol=1e-9)
+        # the friction laws' columns are filtered block by block (VelocityWindow) like the torque:
+        # the same to round-off, which the nonlinear search's stopping point amplifies to ~1e-8
+        np.testing.assert_allclose(streamed.estimate.values, whole.estimate.values, rtol=1e-7)
         for a, b in zip(streamed.friction, whole.friction):
-            np.testing.assert_allclose(a.nonlinear, b.nonlinear, rtol=1e-9)
+            np.testing.assert_allclose(a.nonlinear, b.nonlinear, rtol=1e-7)
 
 
 def test_decimated_recordings_are_filtered_in_bounded_windows(monkeypatch):
@@ -201,6 +203,6 @@ def test_decimated_recordings_are_filtered_in_bounded_windows(monkeypatch):
                         lambda stretch, cfg, rows, margin: spans.append(rows[-1] + 1 - rows[0]) or
                         filtered_rows(stretch, cfg, rows, margin))
     stream = identify_module._Stream(robot, config, recording)
-    rows = sum(s.n_samples for _, _, s in stream.samples())
+    rows = sum(s.n_samples for _, s, _, _ in stream.samples())
     assert rows == filtering.prepared_count(recording, config.filter)
     assert len(spans) > 1 and max(spans) <= 4096

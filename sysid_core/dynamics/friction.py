@@ -311,15 +311,29 @@ def friction_regressor(dq, models, nonlinear=None, smoothing: float = 0.0) -> np
 
     dq (N, n) rad/s; models (n,) FrictionModel; nonlinear (n,) per-joint value tuples or None.
     """
+    return spread_friction(packed_friction(dq, models, nonlinear, smoothing), models)
+
+
+def packed_friction(dq, models, nonlinear=None, smoothing: float = 0.0) -> np.ndarray:
+    """friction_regressor's non-zero entries (N, P): column p of joint j at joint j's own
+    velocity. A filter applied along the samples to these (P columns, not n P) gives the
+    filtered regressor through ``spread_friction``."""
     dq = np.atleast_2d(np.asarray(dq, dtype=float))
-    num, n = dq.shape
     widths = [len(m.linear_names) for m in models]
-    out = np.zeros((num, n, sum(widths)))
+    out = np.zeros((dq.shape[0], sum(widths)))
     start = 0
     for j, model in enumerate(models):  # a handful of joints; samples are vectorised
-        out[:, j, start:start + widths[j]] = features(model, dq[:, j], None if nonlinear is None else nonlinear[j],
-                                                      smoothing)
+        out[:, start:start + widths[j]] = features(model, dq[:, j], None if nonlinear is None else nonlinear[j],
+                                                   smoothing)
         start += widths[j]
+    return out
+
+
+def spread_friction(packed: np.ndarray, models) -> np.ndarray:
+    """The regressor layout (N, n, P) of ``packed_friction``'s columns (N, P)."""
+    rows = np.repeat(np.arange(len(models)), [len(m.linear_names) for m in models])
+    out = np.zeros((packed.shape[0], len(models), packed.shape[1]))
+    out[:, rows, np.arange(packed.shape[1])] = packed
     return out
 
 
@@ -403,7 +417,7 @@ def _search_space(name: str, dq_j: np.ndarray):
 
 
 def fit_nonlinear(fixed_columns, target, dq, models, solve, smoothing: float = 0.0, independent=None,
-                  max_evaluations: int = MAX_EVALUATIONS) -> tuple:
+                  max_evaluations: int = MAX_EVALUATIONS, columns=None) -> tuple:
     """Nonlinear friction parameters of every joint by separable least squares.
 
     The torque model is [fixed_columns | friction_regressor(dq, models, x)] @ beta, linear in
@@ -423,8 +437,10 @@ def fit_nonlinear(fixed_columns, target, dq, models, solve, smoothing: float = 0
     fixed_columns (N, n, p0): the columns not depending on x (inertial, armature, offset);
     target (N, n) N m; dq (N, n) rad/s; models (n,) FrictionModel; ``independent`` indices of
     the concatenated columns to keep (base parameters), default all. Only every k-th sample is
-    used (about SEARCH_SAMPLES). Deterministic. Returns (n,) tuples of all nonlinear values
-    (``model.nonlinear_names`` order; given values untouched).
+    used (about SEARCH_SAMPLES). ``columns`` (nonlinear values (n,) tuples -> (N, n, P)) the
+    friction columns at the rows of fixed_columns, when they are not friction_regressor(dq, ...)
+    (e.g. filtered like the measured torque; identify._fit_friction). Deterministic. Returns (n,)
+    tuples of all nonlinear values (``model.nonlinear_names`` order; given values untouched).
     """
     from scipy.optimize import least_squares
 
@@ -444,7 +460,10 @@ def fit_nonlinear(fixed_columns, target, dq, models, solve, smoothing: float = 0
         return [tuple(v[k] for k in m.nonlinear_names) for v, m in zip(values, models)]
 
     def fit(xv):
-        w = np.concatenate([fixed_s, friction_regressor(dq_s, models, assemble(xv), smoothing)], axis=2)
+        values = assemble(xv)
+        friction = (friction_regressor(dq_s, models, values, smoothing) if columns is None
+                    else columns(values)[::stride])
+        w = np.concatenate([fixed_s, friction], axis=2)
         if independent is not None:
             w = w[..., independent]
         est = solve(w, y)

@@ -299,15 +299,46 @@ def _kept(stretch: _Stretch, config: FilterConfig):
     return kept[stretch.measured[kept]]
 
 
+@dataclass(frozen=True, eq=False)
+class VelocityWindow:
+    """The velocity around one block of prepared rows, for what is nonlinear in it.
+
+    The measured torque is filtered, so a torque that is a nonlinear function f of the
+    velocity (friction) reaches the regression as filter(f(dq)), which is not f(filter(dq)):
+    a Stribeck peak or a sharp Coulomb step is smeared over the filter's impulse response.
+    ``filtered(f)`` evaluates f on the velocity of the whole window the block was filtered over
+    (``dq`` (W, n) rad/s: the measured velocity, low-passed by the same filter, which leaves a
+    motion inside its pass band as it is and cuts the sensor's noise out of f's argument) and
+    passes the values through the torque's own zero-phase filter (``sos``, odd padding
+    ``pad_before``/``pad_after`` at the true ends of a stretch) before ``pick`` selects the
+    block's rows (None: all of them). Without a filter (``sos`` None: exact accelerations,
+    nothing filtered) it is f at the rows.
+    """
+
+    dq: np.ndarray
+    sos: np.ndarray | None = None
+    pad_before: int = 0
+    pad_after: int = 0
+    pick: object = None
+
+    def filtered(self, function) -> np.ndarray:
+        """function: velocity (W, n) rad/s -> values (W, ...) in any unit; returns (rows, ...)."""
+        values = np.asarray(function(self.dq), dtype=float)
+        if self.sos is not None:
+            values = _zero_phase(values, self.sos, self.pad_before, self.pad_after)
+        return values if self.pick is None else values[self.pick]
+
+
 def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -> tuple:
     """time, q, dq, ddq, tau (each (len(rows), ...)) at the grid points ``rows`` (a range with
-    a step, or an increasing index array) of the stretch through the filters: the grid points [first - margin, last + margin]
-    are filtered, the true ends of the stretch padded like ``lowpass`` does, so the rows equal
-    those of filtering the whole stretch at once (to round-off: the margin outlasts every
-    transient)."""
+    a step, or an increasing index array) of the stretch through the filters, and the block's
+    VelocityWindow: the grid points [first - margin, last + margin] are filtered, the true
+    ends of the stretch padded like ``lowpass`` does, so the rows equal those of filtering the
+    whole stretch at once (to round-off: the margin outlasts every transient)."""
     first, stop = rows[0], rows[-1] + 1
     a, b = max(0, first - margin), min(stretch.size, stop + margin)
     time, q, dq, tau, ddq = _grid_rows(stretch, a, b)
+    pick = slice(first - a, stop - a, rows.step) if isinstance(rows, range) else rows - a
     if ddq is None:
         sos = _butterworth(stretch.rate, config.cutoff_hz, config.order)
         padlen = _padlen(config)
@@ -316,8 +347,10 @@ def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -
         q, tau = smooth(q), smooth(tau)
         dq = derivative(q, stretch.rate) if config.velocity_from_position else smooth(dq)
         ddq = smooth(derivative(dq, stretch.rate))
-    pick = slice(first - a, stop - a, rows.step) if isinstance(rows, range) else rows - a
-    return tuple(np.asarray(x, dtype=float)[pick] for x in (time, q, dq, ddq, tau))
+        window = VelocityWindow(dq, sos, before, after, pick)
+    else:
+        window = VelocityWindow(np.asarray(dq, dtype=float)[pick])
+    return tuple(np.asarray(x, dtype=float)[pick] for x in (time, q, dq, ddq, tau)) + (window,)
 
 
 def prepared_count(recording: Recording, config: FilterConfig = FilterConfig()) -> int:
@@ -350,6 +383,13 @@ def prepared_blocks(recording: Recording, config: FilterConfig = FilterConfig(),
     counting from 0) yields only those blocks, and filters no other. Raises what
     ``prepared_count`` raises.
     """
+    for samples, _ in prepared_windows(recording, config, block, select):
+        yield samples
+
+
+def prepared_windows(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK,
+                     select=None):
+    """``prepared_blocks``'s blocks, each with its VelocityWindow: (Recording, VelocityWindow)."""
     if int(block) != block or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block}")
     prepared_count(recording, config)
@@ -363,8 +403,8 @@ def prepared_blocks(recording: Recording, config: FilterConfig = FilterConfig(),
             number += 1
             if select is not None and number not in select:
                 continue
-            time, q, dq, ddq, tau = _filtered_rows(stretch, config, kept[start:start + block], margin)
-            yield Recording(time, q, dq, tau, recording.joint_names, ddq, recording.quality_notes)
+            time, q, dq, ddq, tau, window = _filtered_rows(stretch, config, kept[start:start + block], margin)
+            yield Recording(time, q, dq, tau, recording.joint_names, ddq, recording.quality_notes), window
 
 
 def prepare(recording: Recording, config: FilterConfig = FilterConfig()) -> Recording:

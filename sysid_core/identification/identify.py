@@ -39,7 +39,7 @@ from . import estimation, filtering
 from .base_parameters import BaseParameters, base_parameters
 from .consistency import consistency_distance, consistent_parameters, realisable_floor
 from .estimation import Estimate, ReducedForm, estimate, estimate_reduced
-from .filtering import FilterConfig, prepared_blocks, prepared_sizes
+from .filtering import FilterConfig, VelocityWindow, prepared_sizes, prepared_windows
 from .recording import Recording
 from .verdict import Evidence, Verdict, judge
 
@@ -60,6 +60,9 @@ CACHE_BYTES = 64e6
 # The residual's correlation time is measured on at most this many samples: all of them for a
 # shorter recording, else the first BLOCK of evenly spread blocks of prepared_blocks.
 CORRELATION_SAMPLES = 65536
+# The nonlinear friction search filters every trial law over the blocks it reads: all of a
+# recording up to this many prepared rows, else evenly spread blocks of this many rows in all.
+SEARCH_ROWS = 65536
 NOISE_BLOCK = 1 << 18  # samples per stretch of velocity_noise
 
 
@@ -232,15 +235,16 @@ class _Constraint:
 
 
 def _columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None,
-             constraint: _Constraint = _Constraint()):
+             constraint: _Constraint = _Constraint(), friction_columns=None):
     """Regressor of the identified columns (N, n, p) and the torque of everything known (N, n).
 
     The one place where a sample's columns are built (from _inertial_columns and
     _joint_columns). ``nonlinear`` (n,) per-joint nonlinear friction values (None: given or
     default values); ``constraint`` MuJoCo's frictionloss state (default the model's; only
-    with MuJoCo physics)."""
+    with MuJoCo physics); ``friction_columns`` the friction laws' columns of filtered data
+    (_friction_block), None for the laws at dq."""
     inertial, known = _inertial_columns(robot, config, q, dq, ddq)
-    joint, joint_known = _joint_columns(robot, config, q, dq, ddq, nonlinear, constraint)
+    joint, joint_known = _joint_columns(robot, config, q, dq, ddq, nonlinear, constraint, friction_columns)
     return np.concatenate([inertial, joint], axis=2), known + joint_known
 
 
@@ -267,9 +271,11 @@ def _contract(columns: np.ndarray, theta: np.ndarray) -> np.ndarray:
 
 
 def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None,
-                   constraint: _Constraint = _Constraint()):
+                   constraint: _Constraint = _Constraint(), friction_columns=None):
     """The joint terms' part of ``_columns``: their columns (N, n, k) and the torque (N, n) of
-    the terms the model knows (every term not identified, at the model's value)."""
+    the terms the model knows (every term not identified, at the model's value).
+    ``friction_columns`` (N, n, P) the friction laws' columns when they are not those of dq
+    (_friction_block of filtered data)."""
     joint_model = _joint_model(config)
     models = _friction_models(robot, config)
     # the friction laws' own columns replace the model's coulomb and viscous terms
@@ -284,21 +290,42 @@ def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonli
             known = known + values[term] * features[term]
     blocks = [friction.diagonal_columns(features, joint_model.terms)]
     if models is not None:
-        blocks.append(friction.friction_regressor(dq, models, nonlinear, joint_model.smoothing))
+        blocks.append(friction.friction_regressor(dq, models, nonlinear, joint_model.smoothing)
+                      if friction_columns is None else friction_columns)
     return (blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=2)), known
+
+
+def _friction_block(robot: Robot, config: IdentificationConfig, window: VelocityWindow, nonlinear=None):
+    """The friction laws' columns (rows, n, P) of a block of prepared samples, filtered as its
+    torque was (VelocityWindow.filtered): a nonlinear law of the filtered velocity is not the
+    filtered law, and the difference (a Stribeck peak smeared by a 10 Hz filter) went into the
+    viscous coefficients (-0.1 N m s/rad on the OpenArm class's big joints). None when every
+    joint has the plain coulomb_viscous law (its sign column stays a function of the filtered
+    velocity: MuJoCo's soft friction loss is modelled on it, see joint_physics)."""
+    models = _friction_models(robot, config)
+    if models is None:
+        return None
+    smoothing = config.joint_model.smoothing
+    return friction.spread_friction(
+        window.filtered(lambda dq: friction.packed_friction(dq, models, nonlinear, smoothing)), models)
 
 
 def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream", base: BaseParameters):
     """Nonlinear friction parameters (n,) tuples by separable least squares around the run's own
     estimator, or None when no joint's law has any to estimate. The search reads every k-th
-    sample (friction.SEARCH_SAMPLES of them), gathered in one pass over the blocks."""
+    sample (friction.SEARCH_SAMPLES of them) of _Stream.search_windows, and every trial law's
+    columns are filtered over those blocks' windows, as the torque was."""
     models = _friction_models(robot, config)
     if models is None or not any(m.free for m in models):
         return None
-    stride = max(1, int(np.ceil(stream.count / friction.SEARCH_SAMPLES)))
-    picked = [s.rows(slice((-at) % stride, None, stride)) for _, at, s in stream.samples()]
-    picked = [s for s in picked if s.n_samples]
-    join = (lambda field: np.concatenate([getattr(s, field) for s in picked]))
+    blocks = stream.search_windows()
+    stride = max(1, int(np.ceil(sum(s.n_samples for _, s, _ in blocks) / friction.SEARCH_SAMPLES)))
+    picked = []  # (samples, their block's VelocityWindow, the picked rows of the block)
+    for at, samples, window in blocks:
+        rows = np.arange((-at) % stride, samples.n_samples, stride)
+        if rows.size:
+            picked.append((samples.rows(rows), window, rows))
+    join = (lambda field: np.concatenate([getattr(s, field) for s, _, _ in picked]))
     q, dq, ddq, tau = join("q"), join("dq"), join("ddq"), join("tau")
     columns, known = _columns(robot, config, q, dq, ddq)
     width = sum(len(m.linear_names) for m in models)  # the friction block comes last
@@ -306,8 +333,14 @@ def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream",
     def solve(w, y):
         return estimate(w, y, _base_estimator(config), config.ridge_alpha, robust=config.robust)
 
+    def friction_columns(nonlinear):
+        # every trial's law goes through the filter on the picked samples' windows
+        return np.concatenate([_friction_block(robot, config, window, nonlinear)[rows]
+                               for _, window, rows in picked])
+
     return friction.fit_nonlinear(columns[..., :columns.shape[2] - width], tau - known, dq, models,
-                                  solve, config.joint_model.smoothing, base.independent)
+                                  solve, config.joint_model.smoothing, base.independent,
+                                  columns=friction_columns)
 
 
 def _joint_frictions(robot: Robot, config: IdentificationConfig, names, standard, terms, nonlinear) -> tuple:
@@ -364,18 +397,35 @@ class _Stream:
         self._cached = False
 
     def samples(self, select=None):
-        """(block number, first row number, Recording of at most BLOCK prepared rows), in order;
-        ``select`` a container of the numbers of the prepared_blocks to read, and only the
-        first BLOCK rows of each (default: all rows of all)."""
+        """(block number, Recording of at most BLOCK prepared rows, the prepared block's
+        VelocityWindow, the rows' first row in that block), in order; ``select`` a container
+        of the numbers of the prepared_blocks to read, and only the first BLOCK rows of each
+        (default: all rows of all)."""
         numbers = range(len(self.sizes)) if select is None else sorted(select)
-        starts = np.concatenate(([0], np.cumsum(self.sizes))).astype(int)
-        for number, block in zip(numbers, prepared_blocks(self.recording, self.config.filter, self.filter_block,
-                                                          select)):
+        for number, (block, window) in zip(numbers, prepared_windows(self.recording, self.config.filter,
+                                                                     self.filter_block, select)):
             for start in range(0, block.n_samples if select is None else 1, BLOCK):
-                yield number, int(starts[number]) + start, block.rows(slice(start, start + BLOCK))
+                yield number, block.rows(slice(start, start + BLOCK)), window, start
+
+    def search_windows(self) -> list:
+        """(first row number, Recording, VelocityWindow) of the prepared blocks the nonlinear
+        friction search reads: all of them up to SEARCH_ROWS rows, else blocks of BLOCK rows
+        spread evenly over the recording (every trial law is filtered over their windows, so
+        the search's cost stays bounded)."""
+        spread, block = None, self.filter_block
+        if self.count > SEARCH_ROWS:
+            block = BLOCK
+            last = len(prepared_sizes(self.recording, self.config.filter, block)) - 1
+            spread = set(np.unique(np.linspace(0, last, SEARCH_ROWS // BLOCK).round().astype(int)).tolist())
+        sizes = prepared_sizes(self.recording, self.config.filter, block)
+        starts = np.concatenate(([0], np.cumsum(sizes))).astype(int)
+        numbers = range(len(sizes)) if spread is None else sorted(spread)
+        return [(int(starts[k]), samples, window) for k, (samples, window) in
+                zip(numbers, prepared_windows(self.recording, self.config.filter, block, spread))]
 
     def inertial(self, select=None):
-        """(block number, samples, inertial columns (B, n, 10 k), torque of the known bodies (B, n))."""
+        """(block number, samples, inertial columns (B, n, 10 k), torque of the known bodies (B, n),
+        the prepared block's VelocityWindow, the samples' first row in that block)."""
         if self._cached:
             first = {}  # the first BLOCK of each selected prepared block, as samples() reads them
             for item in self._cache:
@@ -384,9 +434,9 @@ class _Stream:
             return
         keep = self._cache is not None and select is None
         items = []
-        for number, _, samples in self.samples(select):
+        for number, samples, window, start in self.samples(select):
             inertial, known = _inertial_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq)
-            item = (number, samples, inertial, known)
+            item = (number, samples, inertial, known, window, start)
             if keep:
                 items.append(item)
             yield item
@@ -397,9 +447,13 @@ class _Stream:
         """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block."""
         split = int(np.searchsorted(base.independent, self._inertial_width))
         ours, theirs = base.independent[:split], base.independent[split:] - self._inertial_width
-        for _, samples, inertial, known in self.inertial(select):
+        number, block = None, None  # a prepared block's filtered friction columns, for its sub-blocks
+        for at, samples, inertial, known, window, start in self.inertial(select):
+            if at != number:
+                number, block = at, _friction_block(self.robot, self.config, window, nonlinear)
             joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
-                                                nonlinear, constraint)
+                                                nonlinear, constraint,
+                                                None if block is None else block[start:start + samples.n_samples])
             # joint-major, samples last (the regressor's own layout): each joint's columns are
             # contiguous rows, which ReducedForm.add copies as they are; yielded as a (B, n, r) view
             columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
@@ -439,6 +493,12 @@ def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np
     joint terms, with the physics the data came from (``result.config.physics``; replace it by
     None for what a real arm of these parameters needs)."""
     q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
+    return _predicted(robot, result, q, dq, ddq)
+
+
+def _predicted(robot: Robot, result: IdentificationResult, q, dq, ddq, friction_columns=None) -> np.ndarray:
+    """predict_torque; ``friction_columns`` the friction laws' columns of filtered data
+    (_friction_block), None for the law at dq."""
     config = result.config
     nonlinear = None
     if _friction_models(robot, config) is not None:
@@ -446,7 +506,7 @@ def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np
     constraint = _Constraint()
     if _uses_constraint(robot, config):
         constraint = _constraint_state(robot, config, result.body_parameters, result.coulomb, result.armature)
-    columns, known = _columns(robot, config, q, dq, ddq, nonlinear, constraint)
+    columns, known = _columns(robot, config, q, dq, ddq, nonlinear, constraint, friction_columns)
     return known + columns @ result.standard
 
 
@@ -633,11 +693,13 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         metrics=metrics, friction=frictions, stiffness=terms["stiffness"])
     if validation is not None:
         residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
-        for check in prepared_blocks(validation.select(robot.joint_names), config.filter):
+        for check, window in prepared_windows(validation.select(robot.joint_names), config.filter):
+            friction_columns = _friction_block(robot, config, window, nonlinear)
             for start in range(0, check.n_samples, BLOCK):
                 part = check.rows(slice(start, start + BLOCK))
-                residual_sq += np.sum((part.tau - predict_torque(robot, result, part.q, part.dq, part.ddq)) ** 2,
-                                      axis=0)
+                columns = None if friction_columns is None else friction_columns[start:start + BLOCK]
+                predicted = _predicted(robot, result, part.q, part.dq, part.ddq, columns)
+                residual_sq += np.sum((part.tau - predicted) ** 2, axis=0)
                 torque_sq += np.sum(part.tau ** 2, axis=0)
                 count += part.n_samples
         val_joint, val, val_relative, val_pooled = _rmse(residual_sq, torque_sq, count)
@@ -671,6 +733,17 @@ class _Spread:
     def rms(self) -> np.ndarray:
         mean = self.total / self.count
         return np.sqrt(np.maximum(self.squares / self.count - mean ** 2, 0.0))
+
+
+def regression_blocks(robot: Robot, recording: Recording, config: IdentificationConfig, base: BaseParameters,
+                      nonlinear=None):
+    """What an identification regresses on, block by block of prepared samples (at most BLOCK
+    rows each): (samples (a Recording, ddq filled), base columns W (B, n, r), the torque of
+    everything known (B, n) N m). The friction laws' columns are filtered like the torque
+    (VelocityWindow); ``nonlinear`` as in base_regressor. DataError for unusable data."""
+    for samples, columns, target in _Stream(robot, config, recording.select(robot.joint_names)).columns(
+            base, nonlinear):
+        yield samples, columns, samples.tau - target
 
 
 def base_regressor(robot: Robot, config: IdentificationConfig, q, dq, ddq,
