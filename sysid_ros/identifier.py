@@ -30,7 +30,7 @@ in the service answer) when it names a joint twice or lacks one, has a NaN or in
 or is stamped at or before the last sample kept; see sysid_core.identification.screening.
 
 Lost samples (holes in the stamps of a steady source) are counted; beyond
-LOST_DOUBTFUL of the samples they make the verdict doubtful, beyond LOST_FAILED failed.
+screening.LOST_DOUBTFUL of the samples they make the verdict doubtful, beyond LOST_FAILED failed.
 
 Names are relative: under a namespace (``--ros-args -r __ns:=/robot1``) every topic and
 service moves with it. The identification runs in a thread of its own, so the recording goes
@@ -69,10 +69,10 @@ from sysid_core.dynamics import friction
 from sysid_core.dynamics.joint_physics import MujocoPhysics
 from sysid_core.dynamics.model import Robot, load_robot
 from sysid_core.errors import DataError, IdentificationError, ModelError, SysidError
-from sysid_core.identification.filtering import FilterConfig, missing_samples
+from sysid_core.identification.filtering import FilterConfig
 from sysid_core.identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify
 from sysid_core.identification.memory import available_memory, describe_bytes, memory_needed
-from sysid_core.identification.recording import QualityNote, Recording
+from sysid_core.identification.recording import Recording
 from sysid_core.identification.recording_files import read_recordings, write_rosbag
 from sysid_core.identification import screening
 from sysid_core.results.export import params_document, write_params_json
@@ -106,10 +106,6 @@ SETTLE_QUIET_S = 0.25
 SETTLE_MAX_S = 2.0
 # exit status of the node after identify_on_done with exit_when_done (as sysid-identify's)
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 3
-# share of the samples a steady source sent that never arrived, above which the verdict is
-# doubtful (the rows that did arrive are fine, but a link that drops samples may also delay
-# or reorder them) and failed (most of the run is missing)
-LOST_DOUBTFUL, LOST_FAILED = 0.01, 0.5
 # doubles per recorded sample and joint the filtering holds besides the regressor (resampled
 # copy, filtered q, dq, tau, ddq, the zero-phase filter's padded temporaries): an estimate
 FILTER_DOUBLES = 16
@@ -257,17 +253,6 @@ def gravity_torque(robot: Robot, q: np.ndarray) -> np.ndarray:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-def lost_sample_notes(missing: int, recorded: int, topic: str) -> tuple:
-    """The quality note (QualityNote, ...) of ``missing`` samples lost of ``missing + recorded``
-    sent on ``topic``: none up to LOST_DOUBTFUL of them, doubtful up to LOST_FAILED, failed above."""
-    share = missing / max(missing + recorded, 1)
-    if share <= LOST_DOUBTFUL:
-        return ()
-    level = "failed" if share > LOST_FAILED else "doubtful"
-    return (QualityNote(level, f"{missing} of {missing + recorded} samples ({100 * share:.1f} %) sent on {topic} "
-                               "never arrived (holes in their stamps)"),)
 
 
 def automatic_decimation(n_samples: int, sample_rate: float, cutoff_hz: float) -> int:
@@ -745,7 +730,7 @@ class Identifier(Node):
                             f"min_samples is {minimum}: record longer")
         recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped)
         # lost samples leave holes in the stamps of a steady source; receive times have none to count
-        counts["missing"] = None if receive_stamped else _missing(recording, starts)
+        counts["missing"] = None if receive_stamped else screening.missing_in_stretches(recording, starts)
         counts["recorded"], counts["stretches"] = recording.n_samples, len(starts)
         return recording, counts
 
@@ -764,7 +749,8 @@ class Identifier(Node):
         counts = {"received": loaded.messages, "recorded": recording.n_samples,
                   "rejected": sum(loaded.dropped.values()),
                   "rejections": {reason: {"count": c} for reason, c in loaded.dropped.items()},
-                  "overwritten": 0, "stretches": len(starts), "missing": _missing(recording, starts)}
+                  "overwritten": 0, "stretches": len(starts),
+                  "missing": screening.missing_in_stretches(recording, starts)}
         return recording, counts
 
     def _recording(self, robot: Robot) -> tuple[Recording, dict]:
@@ -797,7 +783,7 @@ class Identifier(Node):
         elif mode == "gravity_compensated":
             tau = tau + gravity_torque(robot, measured.q)
         topic = (self._param("recording_topic") if self._param("recording") else "") or self._joint_sub.topic_name
-        notes = lost_sample_notes(counts["missing"] or 0, counts["recorded"], topic)
+        notes = screening.lost_sample_notes(counts["missing"] or 0, counts["recorded"], topic)
         return Recording(measured.time, measured.q, measured.dq, tau, measured.joint_names,
                          quality_notes=notes), counts
 
@@ -948,12 +934,6 @@ class Identifier(Node):
             except (ImportError, OSError, ValueError, SysidError) as err:  # a figure never costs the result
                 self.get_logger().error(f"plots not written: {_one_line(err)}")
         return summary, figures
-
-
-def _missing(recording: Recording, starts) -> int:
-    """Samples lost in the holes of each stretch's stamps (filtering.missing_samples), summed."""
-    ends = (*starts[1:], recording.n_samples)
-    return sum(missing_samples(recording.time[a:b]) for a, b in zip(starts, ends))
 
 
 def _wake(executor) -> None:

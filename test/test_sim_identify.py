@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import ROBOTS
+from sysid_core.identification.screening import LOST_DOUBTFUL
 from sysid_ros import sim_identify
-from sysid_ros.identifier import LOST_DOUBTFUL
 
 
 def run(*argv):

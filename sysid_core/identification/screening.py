@@ -14,13 +14,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DataError
+from .filtering import missing_samples
 from .receive_times import send_times
-from .recording import Recording
+from .recording import QualityNote, Recording
 from .recording_files import concatenate
 
 # seconds a stamp may step back and still be one message out of order (refused); a longer
 # step back starts a new stretch of the recording
 CLOCK_JUMP_S = 1.0
+
+# share of the samples a steady source sent that never arrived, above which the verdict is
+# doubtful (the rows that did arrive are fine, but a link that drops samples may also delay
+# or reorder them) and failed (most of the run is missing)
+LOST_DOUBTFUL, LOST_FAILED = 0.01, 0.5
 
 # kinds of refusal (the counters' keys)
 NO_MODEL = "no model"
@@ -98,3 +104,21 @@ def joined_stretches(time_s, q, dq, effort, joint_names, receive_stamped: bool =
     if len(pieces) == 1:
         return pieces[0], (0,)
     return concatenate(pieces)
+
+
+def missing_in_stretches(recording: Recording, starts) -> int:
+    """Samples lost in the holes of each stretch's stamps (filtering.missing_samples), summed:
+    ``recording`` and ``starts`` as ``joined_stretches`` returns them (the seams are no holes)."""
+    ends = (*starts[1:], recording.n_samples)
+    return sum(missing_samples(recording.time[a:b]) for a, b in zip(starts, ends))
+
+
+def lost_sample_notes(missing: int, recorded: int, topic: str) -> tuple:
+    """The quality note (QualityNote, ...) of ``missing`` samples lost of ``missing + recorded``
+    sent on ``topic``: none up to LOST_DOUBTFUL of them, doubtful up to LOST_FAILED, failed above."""
+    share = missing / max(missing + recorded, 1)
+    if share <= LOST_DOUBTFUL:
+        return ()
+    level = "failed" if share > LOST_FAILED else "doubtful"
+    return (QualityNote(level, f"{missing} of {missing + recorded} samples ({100 * share:.1f} %) sent on {topic} "
+                               "never arrived (holes in their stamps)"),)
