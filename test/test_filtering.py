@@ -62,6 +62,34 @@ def test_noise_free_derivative_of_lowpassed_signal_is_nearly_exact():
     np.testing.assert_allclose(d2[inner], ddq[inner], atol=1e-4 * np.abs(ddq).max())
 
 
+def test_forward_acceleration_is_the_filtered_step_acceleration_of_an_euler_integrator():
+    """A motion integrated as MuJoCo does (v[k+1] = v[k] + h a[k], the sample's torque acting over
+    the step that follows it): with forward_acceleration the prepared ddq is the lowpassed a[k]
+    itself to round-off, and the torque m a[k] filtered equals m ddq; the central difference
+    lags it by half a sample (off by h/2 |a'|). The IdentificationConfig of forward-simulated
+    data sets it."""
+    from sysid_core.dynamics.joint_physics import MujocoPhysics
+    from sysid_core.identification.identify import IdentificationConfig
+    time = np.arange(3001) / RATE
+    _, _, a = _sines(time)
+    a = a + 0.5 * np.sign(np.sin(2 * np.pi * 7.0 * time))[:, None]  # steps: the tracking loop's kicks
+    dq = np.concatenate([[[0.0]], np.cumsum(a[:-1] / RATE, axis=0)])
+    q = np.concatenate([[[0.0]], np.cumsum(dq[1:] / RATE, axis=0)])
+    rec = Recording(time, q, dq, 2.0 * a, ("j1",))
+    config = FilterConfig(cutoff_hz=10.0, trim_s=0.5, forward_acceleration=True)
+    out = prepare(rec, config)
+    keep = slice(500, len(time) - 500)
+    reference = lowpass(a, RATE, 10.0)[keep]
+    inner = slice(500, -500)  # the two filters pad the ends differently: compare past their transients
+    np.testing.assert_allclose(out.ddq[inner], reference[inner], atol=1e-9 * np.abs(reference).max())
+    np.testing.assert_allclose(out.tau[inner], 2.0 * out.ddq[inner], atol=1e-9 * np.abs(out.tau).max())
+    central = prepare(rec, FilterConfig(cutoff_hz=10.0, trim_s=0.5))
+    assert np.abs(central.ddq - reference).max() > 1e-3 * np.abs(reference).max()
+    simulated = IdentificationConfig(physics=MujocoPhysics(timestep=0.001))
+    assert simulated.filter.forward_acceleration
+    assert not IdentificationConfig(physics=MujocoPhysics(timestep=0.001, simulated=False)).filter.forward_acceleration
+
+
 def test_exact_accelerations_are_used_as_given():
     time = np.arange(2001) / RATE
     q, dq, ddq = _sines(time)

@@ -49,6 +49,48 @@ def test_inverse_dynamics_with_mujoco_physics_is_mj_inverse(name):
     assert steep.max() > 0.5 * robot.frictionloss.max()  # the soft constraint is far from a step near rest
 
 
+def test_mass_matrix_is_mujocos():
+    """Robot.mass_matrix against mj_fullM at random states of two arms."""
+    for name in ("z1", "iiwa14"):
+        robot = load_robot(BY_NAME[name].path)
+        q, _, _ = _states(robot.model, 5, seed=2)
+        data = mujoco.MjData(robot.model)
+        for qk, ours in zip(q, robot.mass_matrix(q)):
+            data.qpos[:] = qk
+            mujoco.mj_forward(robot.model, data)
+            full = np.zeros((robot.model.nv, robot.model.nv))
+            mujoco.mj_fullM(robot.model, data, full)
+            np.testing.assert_allclose(ours, full, rtol=1e-9, atol=1e-12 * np.abs(full).max())
+
+
+def test_inverse_inertia_gradient_is_the_derivative_of_mujocos_invweight0():
+    """d dof_invweight0 / d (inertial parameters, armature) against central differences of
+    MuJoCo's own dof_invweight0 (mj_setConst after changing a body's mass and the armature)."""
+    robot = load_robot(BY_NAME["z1"].path)
+    model = robot.model
+    by_inertia, by_armature = robot.inverse_inertia_gradient()
+    body = 3  # a link with nothing welded to it (the terminal body has its gripper merged in)
+    mujoco_body = model.body(robot.body_names[body]).id
+    theta = robot.nominal_parameters[body]
+
+    def invweight(mass_step=0.0, armature_step=0.0, dof=0):
+        changed = mujoco.MjModel.from_xml_path(str(BY_NAME["z1"].path))
+        # scaling a body's mass scales all ten of its parameters (its CoM and inertia per kg kept)
+        changed.body_mass[mujoco_body] *= 1.0 + mass_step
+        changed.body_inertia[mujoco_body] *= 1.0 + mass_step
+        changed.dof_armature[dof] += armature_step
+        mujoco.mj_setConst(changed, mujoco.MjData(changed))
+        return changed.dof_invweight0.copy()
+
+    step = 1e-5
+    numeric = (invweight(step) - invweight(-step)) / (2 * step)
+    np.testing.assert_allclose(by_inertia[:, 10 * body:10 * body + 10] @ theta, numeric, rtol=1e-4)
+    for dof in (0, 5):  # a step relative to the joint's own inertia (the wrist's is 0.4 g m^2)
+        small = step / model.dof_invweight0[dof]
+        numeric = (invweight(armature_step=small, dof=dof) - invweight(armature_step=-small, dof=dof)) / (2 * small)
+        np.testing.assert_allclose(by_armature[:, dof], numeric, rtol=1e-4, atol=1e-10 * np.abs(numeric).max())
+
+
 def test_inverse_inertia_diagonal_is_dof_invweight0():
     for name in ("gen3", "sawyer", "koch_low_cost"):
         robot = load_robot(BY_NAME[name].path)
@@ -56,15 +98,16 @@ def test_inverse_inertia_diagonal_is_dof_invweight0():
 
 
 @pytest.mark.parametrize("name, integrator, eulerdamp", [("ur10e", "Euler", True), ("ur10e", "Euler", False),
-                                                         ("panda", "implicitfast", True)])
+                                                         ("panda", "implicitfast", True), ("z1", "Euler", True),
+                                                         ("koch_low_cost", "Euler", True)])
 def test_forward_simulation_applies_damping_at_the_end_of_step_velocity(name, integrator, eulerdamp):
     """A published arm (heavy damping: 350 N m s/rad on ur10e's shoulder) driven by known torques
     through mj_step: the torque equals our inverse dynamics at the step's acceleration
     (v_next - v) / h with damping at v + h a, an extra armature of h * damping, for Euler and
-    implicitfast; at v when the eulerdamp flag is disabled. (Arms without frictionloss: in
-    forward simulation its constraint sees the acceleration before the implicit damping
-    update, a second-order difference this model leaves out; so does the implicit
-    integrator's Coriolis derivative.)"""
+    implicitfast; at v when the eulerdamp flag is disabled. On arms with frictionloss (z1's
+    light wrist without armature, koch's heavy armature) the constraint force is the one at the
+    acceleration before the damping step. (The implicit integrator's Coriolis derivative is
+    left out: not tested.)"""
     model = mujoco.MjModel.from_xml_path(str(BY_NAME[name].path))
     model.opt.integrator = {"Euler": 0, "implicitfast": 3}[integrator]
     model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_ACTUATION) | int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
@@ -90,7 +133,13 @@ def test_forward_simulation_applies_damping_at_the_end_of_step_velocity(name, in
     q, dq, acc, tau = map(np.array, (q, dq, acc, tau))
     ours = robot.inverse_dynamics(q, dq, acc, physics=physics)
     assert np.abs(ours - tau).max() < 1e-9 * np.abs(tau).max()
-    if eulerdamp:  # what mj_inverse's physics misses is exactly the extra armature h * damping
+    if robot.frictionloss.any():  # the constraint at the integrator's own acceleration misses
+        law, level = robot.frictionloss_constraint, robot.frictionloss
+        at_acc = level * law.shape(dq, acc, level, model.dof_invweight0, h)
+        seen = physics.constraint_acceleration(acc, robot.mass_matrix(q), robot.damping)
+        at_seen = level * law.shape(dq, seen, level, model.dof_invweight0, h)
+        assert np.abs(at_acc - at_seen).max() > 1e-3 * np.abs(tau).max()
+    elif eulerdamp:  # what mj_inverse's physics misses is exactly the extra armature h * damping
         without = robot.inverse_dynamics(q, dq, acc, physics=MujocoPhysics.inverse(model))
         np.testing.assert_allclose(tau - without, h * robot.damping * acc, atol=1e-9 * np.abs(tau).max())
         assert np.abs(h * robot.damping * acc).max() > 1e-3

@@ -11,13 +11,13 @@ import mujoco
 import numpy as np
 import pytest
 
-from arm_corpus import ARMS, with_payload
+from arm_corpus import ARMS, BY_NAME, with_payload
 from sysid_core.dynamics.joint_physics import MujocoPhysics
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.multisine import multisine
 from sysid_core.identification.identify import IdentificationConfig, identify, structural_base_parameters
 from sysid_core.results.export import write_updated_model
-from sysid_core.simulation import ideal_recording
+from sysid_core.simulation import MeasurementNoise, ideal_recording, plant_model, simulate, simulation_timing
 
 DURATION_S, RATE_HZ = 3.0, 100.0
 
@@ -60,6 +60,35 @@ def test_without_mujocos_joint_physics_the_payload_is_missed(corpus_results):
     result = identify(robot, ideal_recording(truth.model, plan, truth.joint_names), IdentificationConfig())
     found = result.terminal_parameters - robot.nominal_parameters[robot.terminal_index]
     assert abs(found[0] - payload[0]) > 0.02 * payload[0]
+
+
+@pytest.mark.parametrize("name", ["z1", "koch_low_cost"])
+def test_forward_simulated_data_find_the_payload_where_frictionloss_dominates(name, tmp_path):
+    """Forward simulation (the sim source's physics, noise off, 8 s at 1 kHz) of the two arms on
+    which MuJoCo's frictionloss outweighs the payload: z1's light wrist without armature (its
+    constraint acts like nine times the wrist's inertia and, with damping, at an acceleration
+    3.4 times the integrator's) and koch's armature (100 to 10^5 times its links' inertia, an
+    11 g payload). Payload within the sim source's 3 % and 5 mm (issue 10), verdict good; the
+    fixed-point passes had 0.7 % / 19 mm (failed) and 6.9 % / 23 mm. z1's wrist never reaches
+    its frictionloss level (1 N m) in this excitation: the level is held at the model's."""
+    arm = BY_NAME[name]
+    payload = with_payload(arm.path)
+    path = tmp_path / "truth.xml"
+    path.write_text(payload.xml)
+    robot = load_robot(arm.path)
+    truth = load_robot(path, terminal_body=robot.terminal_body)
+    plan = multisine(robot.joint_range, 8.0, 1000.0, seed=0, max_velocity=2.0)
+    timing = simulation_timing(truth.model, 1000.0)
+    recording = simulate(truth.model, plan, nominal=robot.model, noise=MeasurementNoise.off()).recording
+    physics = MujocoPhysics.simulation(plant_model(truth.model, timing), timing.timestep)
+    result = identify(robot, recording, IdentificationConfig(estimator="consistent", physics=physics))
+    found = result.terminal_parameters - robot.nominal_parameters[robot.terminal_index]
+    assert abs(found[0] - payload.parameters[0]) < 0.03 * payload.parameters[0]
+    assert 1000 * np.linalg.norm(found[1:4] / found[0] - payload.parameters[1:4] / payload.parameters[0]) < 5.0
+    assert result.verdict.level == "good", result.verdict.reasons
+    if name == "z1":
+        assert result.held == ("joint6.coulomb",)
+        assert result.coulomb[5] == pytest.approx(robot.frictionloss[5], rel=1e-9)
 
 
 @pytest.mark.parametrize("name", [arm.name for arm in ARMS])

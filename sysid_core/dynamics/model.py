@@ -219,18 +219,51 @@ class Robot:
         mass = (torque[:n] - torque[n]).T + np.diag(armature)  # column j: M e_j
         return np.diag(np.linalg.inv(0.5 * (mass + mass.T)))
 
+    def mass_matrix(self, q, parameters=None, armature=None) -> np.ndarray:
+        """M(q) (N, n, n) kg m^2 at q (N, n) of these inertial ``parameters`` (nb, 10) and
+        ``armature`` (n,) (defaults the model's): column j is the torque of a unit acceleration
+        of joint j at rest, less gravity's."""
+        theta = (self.nominal_parameters if parameters is None else np.asarray(parameters)).reshape(-1)
+        armature = self.armature if armature is None else np.asarray(armature, dtype=float)
+        q = np.atleast_2d(np.asarray(q, dtype=float))
+        rest = np.zeros_like(q)
+        gravity = self.regressor(q, rest, rest) @ theta
+        columns = [self.regressor(q, rest, np.broadcast_to(e, q.shape)) @ theta - gravity
+                   for e in np.eye(self.n_joints)]
+        mass = np.stack(columns, axis=2) + np.diag(armature)
+        return 0.5 * (mass + np.swapaxes(mass, 1, 2))
+
+    def inverse_inertia_gradient(self, parameters=None, armature=None) -> tuple:
+        """The derivatives of inverse_inertia_diagonal: (d w / d theta (n, 10 nb) in the
+        regressor's column order, d w / d armature (n, n)), from dM^-1 = -M^-1 dM M^-1 with M
+        linear in both."""
+        theta = (self.nominal_parameters if parameters is None else np.asarray(parameters)).reshape(-1)
+        armature = self.armature if armature is None else np.asarray(armature, dtype=float)
+        n = self.n_joints
+        q = np.tile(self.tree.joint_ref, (n + 1, 1))
+        columns = self.regressor(q, np.zeros_like(q), np.vstack([np.eye(n), np.zeros(n)]))
+        unit = columns[:n] - columns[n]  # (k, r, i): row r, column k of dM/d theta_i
+        mass = np.einsum("kri,i->rk", unit, theta) + np.diag(armature)
+        inverse = np.linalg.inv(0.5 * (mass + mass.T))
+        return -np.einsum("jr,kri,kj->ji", inverse, unit, inverse), -inverse ** 2
+
     def joint_features(self, terms, q, dq, ddq, smoothing: float = 0.0, physics: MujocoPhysics | None = None,
-                       frictionloss=None, invweight0=None) -> dict:
+                       frictionloss=None, invweight0=None, parameters=None, armature=None, damping=None) -> dict:
         """{term: (N, n)} the torque per unit parameter of each joint term (friction.joint_features).
 
         Without ``physics`` (hardware) Coulomb friction is sign(dq) (tanh with ``smoothing``);
         with MuJoCo ``physics`` it is MuJoCo's frictionloss constraint per unit of the level
         ``frictionloss`` (n,) (default the model's) with ``invweight0`` (n,) (default the
+        model's), at the acceleration it saw (MujocoPhysics.constraint_acceleration, from the
+        inertial ``parameters`` (nb, 10), ``armature`` and ``damping`` (n,), defaults the
         model's), and damping and springs act where MuJoCo's integrator puts them."""
         coulomb = None
         if physics is not None and "coulomb" in terms:
+            damping = self.damping if damping is None else damping
+            seen = ddq if physics.damping_delay == 0 or not np.any(damping) else physics.constraint_acceleration(
+                ddq, self.mass_matrix(q, parameters, armature), damping)
             coulomb = self.frictionloss_constraint.shape(
-                dq, ddq, self.frictionloss if frictionloss is None else frictionloss,
+                dq, seen, self.frictionloss if frictionloss is None else frictionloss,
                 self.model.dof_invweight0 if invweight0 is None else invweight0, physics.timestep)
         return friction.joint_features(terms, q, dq, ddq, self.springref, smoothing, coulomb,
                                        0.0 if physics is None else physics.damping_delay,
@@ -249,7 +282,7 @@ class Robot:
         q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
         tau = self.regressor(q, dq, ddq) @ theta.reshape(-1)
         values = self.joint_values
-        features = self.joint_features(friction.TERMS, q, dq, ddq, physics=physics)
+        features = self.joint_features(friction.TERMS, q, dq, ddq, physics=physics, parameters=theta)
         return tau + sum(values[t] * features[t] for t in friction.TERMS)
 
 

@@ -43,6 +43,11 @@ class FilterConfig:
     average over a few milliseconds). Off by default: a good velocity signal beats the
     derivative of a quantised position (on Damiao quantisation, 0.022 rad/s and 3.8e-4 rad
     steps of a DM8009 at 1 kHz and 10 Hz cutoff, ddq errs half as much from the velocity).
+    forward_acceleration: ddq at a sample is the filtered velocity's forward difference (the
+    next sample's less this one's), not its central difference: a sample's torque acts over
+    the step that follows it, as in MuJoCo's forward simulation (the identification sets it
+    for such data; the central difference lags half a sample, which on an arm whose motors'
+    armature dwarfs its links left 2e-3 N m of residual, the size of an 11 g payload's torque).
     """
 
     cutoff_hz: float = 10.0
@@ -51,6 +56,7 @@ class FilterConfig:
     trim_s: float = 0.2
     resample: bool = True
     velocity_from_position: bool = False
+    forward_acceleration: bool = False
 
     def __post_init__(self):
         if not np.isfinite(self.cutoff_hz) or self.cutoff_hz <= 0:
@@ -96,6 +102,16 @@ def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarr
         raise DataError(f"{num} samples are too few for an order-{order} zero-phase low-pass: "
                         f"at least {padlen + 1} are needed")
     return signal.sosfiltfilt(sos, x, axis=0, padlen=padlen)
+
+
+def _forward_difference(x, sample_rate: float) -> np.ndarray:
+    """(x[k + 1] - x[k]) * sample_rate along axis 0, the last row repeated (N, ...). Of a
+    filtered signal it is the filtered forward difference (both linear): nothing to smooth."""
+    x = np.asarray(x, dtype=float)
+    out = np.empty_like(x)
+    np.subtract(x[1:], x[:-1], out=out[:-1])
+    out[-1] = out[-2]
+    return out * sample_rate
 
 
 def derivative(x, sample_rate: float) -> np.ndarray:
@@ -312,7 +328,8 @@ class VelocityWindow:
     passes the values through the torque's own zero-phase filter (``sos``, odd padding
     ``pad_before``/``pad_after`` at the true ends of a stretch) before ``pick`` selects the
     block's rows (None: all of them). Without a filter (``sos`` None: exact accelerations,
-    nothing filtered) it is f at the rows.
+    nothing filtered) it is f at the rows. ``ddq`` (W, n) rad/s^2 the window's acceleration, as
+    the rows' was computed (for a law of the acceleration too: MuJoCo's soft frictionloss).
     """
 
     dq: np.ndarray
@@ -320,6 +337,8 @@ class VelocityWindow:
     pad_before: int = 0
     pad_after: int = 0
     pick: object = None
+    ddq: np.ndarray | None = None
+    q: np.ndarray | None = None
 
     def filtered(self, function) -> np.ndarray:
         """function: velocity (W, n) rad/s -> values (W, ...) in any unit; returns (rows, ...)."""
@@ -346,10 +365,12 @@ def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -
         smooth = (lambda x: _zero_phase(np.asarray(x, dtype=float), sos, before, after))
         q, tau = smooth(q), smooth(tau)
         dq = derivative(q, stretch.rate) if config.velocity_from_position else smooth(dq)
-        ddq = smooth(derivative(dq, stretch.rate))
-        window = VelocityWindow(dq, sos, before, after, pick)
+        ddq = _forward_difference(dq, stretch.rate) if config.forward_acceleration else \
+            smooth(derivative(dq, stretch.rate))
+        window = VelocityWindow(dq, sos, before, after, pick, ddq, q)
     else:
-        window = VelocityWindow(np.asarray(dq, dtype=float)[pick])
+        window = VelocityWindow(np.asarray(dq, dtype=float)[pick], ddq=np.asarray(ddq, dtype=float)[pick],
+                                q=np.asarray(q, dtype=float)[pick])
     return tuple(np.asarray(x, dtype=float)[pick] for x in (time, q, dq, ddq, tau)) + (window,)
 
 

@@ -52,6 +52,11 @@ ESTIMATORS = estimation.ESTIMATORS + ("consistent",)
 # redoes only the joint columns and the linear solve.
 FRICTIONLOSS_PASSES = 4
 FRICTIONLOSS_TOLERANCE = 1e-6  # relative change of the constraint's parameters that ends the passes
+# A joint whose frictionloss constraint saturates on less than this mean square of the samples
+# (the saturated part, filtered) has its level held at the model's: the data cannot see it
+SATURATED_SHARE = 0.01
+# rows between the mass matrices computed along a window (_mass_along)
+MASS_STRIDE = 10
 # The data go through in blocks of BLOCK samples (the regressor's own block). Passes after the
 # first (frictionloss, IRLS, the residual's correlation) reuse each block's samples and
 # inertial columns when all of them fit in CACHE_BYTES; longer recordings are filtered and
@@ -75,7 +80,7 @@ class IdentificationConfig:
     physically consistent standard parameters nearest it; the full scope always ends so);
     ``robust`` Huber IRLS weighting of every equation against outliers (not with ridge);
     ``filter`` the
-    measured-signal processing; ``seed`` for the random states of the base-parameter
+    measured-signal processing (with forward_acceleration for forward-simulated ``physics``); ``seed`` for the random states of the base-parameter
     analysis. ``friction_models`` each joint's friction law (friction.FrictionSelection; a
     name, a comma list, a FrictionModel or a tuple of them are accepted): anything but
     coulomb_viscous replaces the coulomb and viscous terms of the joint model. ``physics``
@@ -98,6 +103,9 @@ class IdentificationConfig:
     def __post_init__(self):
         if self.physics is not None and not isinstance(self.physics, MujocoPhysics):
             raise ValueError(f"physics must be None (hardware) or a MujocoPhysics, got {self.physics!r}")
+        if self.physics is not None and self.physics.simulated and not self.filter.forward_acceleration:
+            # forward simulation applies a sample's torque over the step that follows it
+            object.__setattr__(self, "filter", replace(self.filter, forward_acceleration=True))
         if not isinstance(self.friction_models, friction.FrictionSelection):
             object.__setattr__(self, "friction_models", friction.FrictionSelection(self.friction_models))
         if not self.friction_models.is_default and not {"coulomb", "viscous"} <= set(self.joint_model.terms):
@@ -155,6 +163,8 @@ class IdentificationResult:
     (means of the two directions where they differ). ``friction`` (n,) friction.JointFriction:
     each joint's friction law with all its parameters (what predict_torque uses). ``verdict``
     whether the result can be trusted (verdict.Verdict: good, doubtful or failed, with reasons).
+    ``held`` names of identified columns the data could not see, held at the model's values
+    (a frictionloss level whose MuJoCo constraint never saturates in the recording).
     """
 
     scope: str
@@ -176,6 +186,7 @@ class IdentificationResult:
     friction: tuple | None = None
     verdict: Verdict | None = None
     stiffness: np.ndarray | None = None
+    held: tuple = ()
 
     @property
     def terminal_parameters(self) -> np.ndarray:
@@ -228,10 +239,23 @@ def model_parameter_vector(robot: Robot, names) -> np.ndarray:
 class _Constraint:
     """What MuJoCo's frictionloss constraint force depends on beyond the motion: the friction
     ``level`` (n,) N m where it saturates and ``invweight0`` (n,), the arm's inverse inertia
-    diagonal at qpos0 (None: the model's)."""
+    diagonal at qpos0 (None: the model's).
+
+    With ``gradient`` the passes linearise the force in the parameters (Gauss-Newton) instead
+    of holding it at this state: dD/dparameter (n, p) of the identified columns at their values
+    ``at`` (p,), and ``pinned`` (n,) the joints whose level the data cannot see (their
+    constraint never saturates), held at ``level``. A plain fixed point diverges where D
+    outweighs the identified inertia (z1's light wrist without armature: nine times), and a
+    level's column that carries the linear zone trades with damping and inertia there."""
 
     level: np.ndarray | None = None
     invweight0: np.ndarray | None = None
+    gradient: np.ndarray | None = None
+    at: np.ndarray | None = None
+    pinned: np.ndarray | None = None
+    parameters: np.ndarray | None = None
+    armature: np.ndarray | None = None
+    damping: np.ndarray | None = None
 
 
 def _columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonlinear=None,
@@ -274,17 +298,30 @@ def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonli
                    constraint: _Constraint = _Constraint(), friction_columns=None):
     """The joint terms' part of ``_columns``: their columns (N, n, k) and the torque (N, n) of
     the terms the model knows (every term not identified, at the model's value).
-    ``friction_columns`` (N, n, P) the friction laws' columns when they are not those of dq
-    (_friction_block of filtered data)."""
+    ``friction_columns`` the friction's columns when they are not those of dq and ddq
+    (_friction_block of filtered data): the laws' (N, n, P), or the default law's Coulomb
+    parts (_friction_block)."""
     joint_model = _joint_model(config)
     models = _friction_models(robot, config)
     # the friction laws' own columns replace the model's coulomb and viscous terms
     replaced = ("coulomb", "viscous") if models is not None else ()
     known_terms = [t for t in friction.TERMS if t not in joint_model.terms and t not in replaced]
-    features = robot.joint_features(tuple(joint_model.terms) + tuple(known_terms), q, dq, ddq,
-                                    joint_model.smoothing, config.physics, constraint.level, constraint.invweight0)
-    values = robot.joint_values
+    terms = tuple(joint_model.terms) + tuple(known_terms)
+    given = models is None and friction_columns is not None
+    features = robot.joint_features(tuple(t for t in terms if not (given and t == "coulomb")), q, dq, ddq,
+                                    joint_model.smoothing, config.physics, constraint.level, constraint.invweight0,
+                                    constraint.parameters, constraint.armature, constraint.damping)
     known = np.zeros(np.shape(q))
+    if given:
+        features["coulomb"], linear = friction_columns
+        if constraint.gradient is not None and linear is not None:
+            # linearised: the level's column is where the constraint saturates, D (ddq + B dq)
+            # where it does not is known at this state, and so is a pinned joint's level
+            invweight0 = robot.model.dof_invweight0 if constraint.invweight0 is None else constraint.invweight0
+            known = known + robot.frictionloss_constraint.weight(invweight0) * linear
+            if "coulomb" in joint_model.terms and constraint.pinned is not None:
+                known = known + np.where(constraint.pinned, constraint.level, 0.0) * features["coulomb"]
+    values = robot.joint_values
     for term in known_terms:
         if np.any(values[term]):
             known = known + values[term] * features[term]
@@ -295,19 +332,100 @@ def _joint_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq, nonli
     return (blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=2)), known
 
 
-def _friction_block(robot: Robot, config: IdentificationConfig, window: VelocityWindow, nonlinear=None):
-    """The friction laws' columns (rows, n, P) of a block of prepared samples, filtered as its
-    torque was (VelocityWindow.filtered): a nonlinear law of the filtered velocity is not the
-    filtered law, and the difference (a Stribeck peak smeared by a 10 Hz filter) went into the
-    viscous coefficients (-0.1 N m s/rad on the OpenArm class's big joints). None when every
-    joint has the plain coulomb_viscous law (its sign column stays a function of the filtered
-    velocity: MuJoCo's soft friction loss is modelled on it, see joint_physics)."""
+def _friction_block(robot: Robot, config: IdentificationConfig, window: VelocityWindow, nonlinear=None,
+                    constraint: _Constraint = _Constraint()):
+    """The friction's columns of a block of prepared samples, filtered as its torque was
+    (VelocityWindow.filtered): a nonlinear law of the filtered velocity is not the filtered
+    law. The difference, a Stribeck peak or a Coulomb step smeared by a 10 Hz filter, went into
+    the other parameters: -0.1 N m s/rad in the OpenArm class's viscous coefficients; on a
+    light arm whose motors' armature dwarfs its links, 6 % of an 11 g payload's mass.
+
+    The laws' columns (rows, n, P); for the default coulomb_viscous law with MuJoCo physics
+    (Coulomb column, linear), each (rows, n): the frictionloss constraint's shape in
+    ``constraint``'s state (its saturated part only when the passes linearise, see
+    _Constraint) and ddq + B dq where it does not saturate (FrictionLossConstraint.parts: the
+    part of the torque that moves with D); None on hardware."""
     models = _friction_models(robot, config)
-    if models is None:
+    if models is not None:
+        smoothing = config.joint_model.smoothing
+        return friction.spread_friction(
+            window.filtered(lambda dq: friction.packed_friction(dq, models, nonlinear, smoothing)), models)
+    if config.physics is None:
+        # a real joint's sign(dq) stays a function of the filtered velocity: not yet measured
+        # on hardware data whether its filtered step is the better model there
         return None
-    smoothing = config.joint_model.smoothing
-    return friction.spread_friction(
-        window.filtered(lambda dq: friction.packed_friction(dq, models, nonlinear, smoothing)), models)
+    level = robot.frictionloss if constraint.level is None else constraint.level
+    invweight0 = robot.model.dof_invweight0 if constraint.invweight0 is None else constraint.invweight0
+    law = robot.frictionloss_constraint
+    # the clipped shape (a fixed point's column) until the passes linearise, then the saturated part
+    scale = 0.0 if constraint.gradient is not None else np.where(level > 0, law.weight(invweight0), 0.0) / \
+        np.where(level > 0, level, 1.0)
+
+    acceleration = window.ddq
+    damping = robot.damping if constraint.damping is None else constraint.damping
+    if config.physics.damping_delay > 0 and np.any(damping):
+        acceleration = config.physics.constraint_acceleration(
+            window.ddq, _mass_along(robot, window.q, constraint.parameters, constraint.armature), damping)
+
+    def shape_and_linear(dq):
+        saturated, linear = law.parts(dq, acceleration, level, invweight0, config.physics.timestep)
+        return np.stack([saturated + scale * linear, linear], axis=-1)
+
+    parts = window.filtered(shape_and_linear)
+    return parts[..., 0], parts[..., 1]
+
+
+def _saturated_share(robot: Robot, config: IdentificationConfig, stream: "_Stream") -> np.ndarray:
+    """Per joint (n,): the mean square of the saturated part of MuJoCo's frictionloss
+    constraint over the prepared rows, in the model's state (1: always saturated, 0: never)."""
+    total, rows, number = np.zeros(robot.n_joints), 0, None
+    for at, _, _, _, window, _ in stream.inertial():
+        if at != number:
+            number = at
+            saturated = _friction_block(robot, config, window, constraint=_Constraint(gradient=np.zeros(0)))[0]
+            total += np.sum(saturated ** 2, axis=0)
+            rows += saturated.shape[0]
+    return total / max(rows, 1)
+
+
+def _holding(base: BaseParameters, names, held) -> tuple:
+    """``base`` without the columns ``held`` (names) that are base parameters of their own (no
+    other column depends on them): (BaseParameters, the names held)."""
+    keep, out = [], []
+    for k, column in enumerate(base.independent):
+        if names[column] in held and np.count_nonzero(base.projection[k]) == 1 and \
+                np.count_nonzero(base.projection[:, column]) == 1:
+            out.append(names[column])
+        else:
+            keep.append(k)
+    if not out:
+        return base, ()
+    keep = np.array(keep, dtype=int)
+    return BaseParameters(independent=base.independent[keep], dependent=base.dependent,
+                          projection=base.projection[keep], names=tuple(base.names[k] for k in keep),
+                          expressions=tuple(base.expressions[k] for k in keep)), tuple(out)
+
+
+def _mass_along(robot: Robot, q, parameters, armature) -> np.ndarray:
+    """M(q) (W, n, n) along a filtered path q (W, n): computed every MASS_STRIDE rows and
+    interpolated linearly between (q is low-passed: M changes by parts in 1e4 over a stride)."""
+    rows = np.arange(np.shape(q)[0])
+    at = np.unique(np.append(rows[::MASS_STRIDE], rows[-1]))
+    mass = robot.mass_matrix(np.asarray(q)[at], parameters, armature)
+    right = np.clip(np.searchsorted(at, rows, side="right"), 1, len(at) - 1)
+    left = right - 1
+    span = np.maximum(at[right] - at[left], 1)
+    weight = ((rows - at[left]) / span)[:, None, None]
+    return mass[left] * (1.0 - weight) + mass[right] * weight
+
+
+def _block_rows(block, rows):
+    """The rows ``rows`` (a slice) of a _friction_block (None stays None)."""
+    if block is None:
+        return None
+    if isinstance(block, tuple):
+        return tuple(None if part is None else part[rows] for part in block)
+    return block[rows]
 
 
 def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream", base: BaseParameters):
@@ -447,19 +565,27 @@ class _Stream:
         """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block."""
         split = int(np.searchsorted(base.independent, self._inertial_width))
         ours, theirs = base.independent[:split], base.independent[split:] - self._inertial_width
+        # MuJoCo's frictionloss linearised in the parameters its D depends on (Gauss-Newton in
+        # them): a plain fixed point diverges where D outweighs them (z1's light wrist: 9 times)
+        slope = None if constraint.gradient is None else constraint.gradient[:, base.independent]
         number, block = None, None  # a prepared block's filtered friction columns, for its sub-blocks
         for at, samples, inertial, known, window, start in self.inertial(select):
             if at != number:
-                number, block = at, _friction_block(self.robot, self.config, window, nonlinear)
+                number, block = at, _friction_block(self.robot, self.config, window, nonlinear, constraint)
+            part = _block_rows(block, slice(start, start + samples.n_samples))
             joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
-                                                nonlinear, constraint,
-                                                None if block is None else block[start:start + samples.n_samples])
+                                                nonlinear, constraint, part)
             # joint-major, samples last (the regressor's own layout): each joint's columns are
             # contiguous rows, which ReducedForm.add copies as they are; yielded as a (B, n, r) view
             columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
             np.take(inertial.transpose(1, 2, 0), ours, axis=1, out=columns[:, :ours.size], mode="clip")
             np.take(joint.transpose(1, 2, 0), theirs, axis=1, out=columns[:, ours.size:], mode="clip")
-            yield samples, columns.transpose(2, 0, 1), samples.tau - known - joint_known
+            target = samples.tau - known - joint_known
+            if slope is not None and isinstance(part, tuple) and part[1] is not None:
+                linear = part[1]
+                columns += slope[:, :, None] * linear.T[:, None, :]
+                target = target + linear * (constraint.gradient @ constraint.at)
+            yield samples, columns.transpose(2, 0, 1), target
 
     @property
     def _inertial_width(self) -> int:
@@ -473,11 +599,27 @@ class _Stream:
         return set(np.unique(np.linspace(0, len(self.sizes) - 1, wanted).round().astype(int)).tolist())
 
 
-def _constraint_state(robot: Robot, config: IdentificationConfig, body_parameters, coulomb, armature) -> _Constraint:
+def _constraint_state(robot: Robot, config: IdentificationConfig, body_parameters, coulomb, armature, damping,
+                      names=None, standard=None) -> _Constraint:
     """MuJoCo's frictionloss state of an identified model: its Coulomb levels (where identified)
-    and the inverse inertia diagonal of its bodies and armature at qpos0."""
+    and the inverse inertia diagonal of its bodies and armature at qpos0; with ``names`` and
+    ``standard`` (the identified columns and their values) also D's gradient in them."""
     level = coulomb if "coulomb" in _joint_model(config).terms else None
-    return _Constraint(level, robot.inverse_inertia_diagonal(body_parameters, armature))
+    invweight0 = robot.inverse_inertia_diagonal(body_parameters, armature)
+    if standard is None:
+        return _Constraint(level, invweight0, parameters=body_parameters, armature=armature, damping=damping)
+    by_inertia, by_armature = robot.inverse_inertia_gradient(body_parameters, armature)
+    gradient = np.zeros((robot.n_joints, len(names)))
+    bodies = [robot.terminal_index] if config.scope == "terminal" else range(robot.n_bodies)
+    for k, b in enumerate(bodies):
+        gradient[:, 10 * k:10 * k + 10] = by_inertia[:, 10 * b:10 * b + 10]
+    for j, joint in enumerate(robot.joint_names):
+        if f"{joint}.armature" in names:
+            gradient[:, names.index(f"{joint}.armature")] = by_armature[:, j]
+    # D = imp / ((1 - imp) w): dD/dw = -D/w
+    weight = robot.frictionloss_constraint.weight(invweight0)
+    return _Constraint(level, invweight0, gradient * (-weight / invweight0)[:, None], np.asarray(standard, dtype=float),
+                       parameters=body_parameters, armature=armature, damping=damping)
 
 
 def _uses_constraint(robot: Robot, config: IdentificationConfig) -> bool:
@@ -497,17 +639,23 @@ def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np
 
 
 def _predicted(robot: Robot, result: IdentificationResult, q, dq, ddq, friction_columns=None) -> np.ndarray:
-    """predict_torque; ``friction_columns`` the friction laws' columns of filtered data
-    (_friction_block), None for the law at dq."""
+    """predict_torque; ``friction_columns`` the friction's columns of filtered data
+    (_friction_block), None for the law at dq and ddq."""
     config = result.config
     nonlinear = None
     if _friction_models(robot, config) is not None:
         nonlinear = tuple(f.nonlinear for f in result.friction)
-    constraint = _Constraint()
-    if _uses_constraint(robot, config):
-        constraint = _constraint_state(robot, config, result.body_parameters, result.coulomb, result.armature)
-    columns, known = _columns(robot, config, q, dq, ddq, nonlinear, constraint, friction_columns)
+    columns, known = _columns(robot, config, q, dq, ddq, nonlinear, _result_constraint(robot, result),
+                              friction_columns)
     return known + columns @ result.standard
+
+
+def _result_constraint(robot: Robot, result: IdentificationResult) -> _Constraint:
+    """MuJoCo's frictionloss state of an identification's result (the default where unused)."""
+    if not _uses_constraint(robot, result.config):
+        return _Constraint()
+    return _constraint_state(robot, result.config, result.body_parameters, result.coulomb, result.armature,
+                             result.viscous)
 
 
 def _rmse(residual_sq: np.ndarray, torque_sq: np.ndarray, count: int) -> tuple[np.ndarray, float, np.ndarray, float]:
@@ -605,7 +753,7 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     n_inertial = 10 * len(bodies)
     n = robot.n_joints
 
-    def solve(constraint: _Constraint):
+    def solve(constraint: _Constraint, base: BaseParameters):
         """One pass: the reduced form, the estimate, standard parameters; the torque's sum of
         squares (n,) and the velocity's spread on the way."""
         reduced, torque_sq, motion = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n)
@@ -632,25 +780,37 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
             out[robot.body_names.index(body)] = standard[10 * k:10 * k + 10]
         return out
 
-    constraint = _Constraint()
-    reduced, est, standard, torque_sq, motion = solve(constraint)
+    constraint, held = _Constraint(), ()
+    reduced, est, standard, torque_sq, motion = solve(constraint, base)
     if _uses_constraint(robot, config):
         # MuJoCo's frictionloss force depends on the friction level and on the arm's inertia at
-        # qpos0 (through dof_invweight0), both being identified: pass again with the estimate's
-        # until they settle (the inertia depends on base parameters only, so the minimum-norm
-        # standard set is as good as any)
+        # qpos0 (through dof_invweight0), both being identified: pass again, linearised at the
+        # estimate (_Constraint), until they settle (the inertia depends on base parameters
+        # only, so the minimum-norm standard set is as good as any). A level whose constraint
+        # never saturates in the model's state is invisible in the data: held at the model's.
         level, weight = robot.frictionloss, robot.model.dof_invweight0
-        for _ in range(FRICTIONLOSS_PASSES):
+        pinned, linearise = np.zeros(n, dtype=bool), True
+        if "coulomb" in joint_model.terms:
+            pinned = _saturated_share(robot, config, stream) < SATURATED_SHARE
+            wanted = [f"{j}.coulomb" for j, p in zip(robot.joint_names, pinned) if p]
+            base_held, held = _holding(base, names, wanted)
+            # a level that other columns depend on (the full scope's, where its linear zone is a
+            # combination of armature and damping) cannot be held alone: then the fixed point
+            linearise = len(held) == len(wanted)
+            base, held = (base_held, held) if linearise else (base, ())
+            pinned &= linearise
+        for number in range(FRICTIONLOSS_PASSES):
             terms = terms_of(standard)
-            state = _constraint_state(robot, config, bodies_of(standard), terms["coulomb"], terms["armature"])
-            new_level = level if state.level is None else np.maximum(state.level, 0.0)
+            state = _constraint_state(robot, config, bodies_of(standard), terms["coulomb"], terms["armature"],
+                                      terms["viscous"], *((names, standard) if linearise else ()))
+            new_level = level if state.level is None else np.where(pinned, level, np.maximum(state.level, 0.0))
             change = max(np.max(np.abs(state.invweight0 / weight - 1.0)),
                          np.max(np.abs(new_level - level) / np.maximum(np.abs(level), 1e-12)))
-            if change < FRICTIONLOSS_TOLERANCE:
+            if (number or not linearise) and change < FRICTIONLOSS_TOLERANCE:  # the first pass was not linearised
                 break
             level, weight = new_level, state.invweight0
-            constraint = _Constraint(level, weight)
-            reduced, est, standard, torque_sq, motion = solve(constraint)
+            constraint = replace(state, level=level if state.level is not None else None, pinned=pinned)
+            reduced, est, standard, torque_sq, motion = solve(constraint, base)
     # neighbouring samples of filtered data (and of smooth model errors) are not independent:
     # widen the covariance by the residual's correlation time so that standard deviations mean
     # what they say (measured on CORRELATION_SAMPLES at most)
@@ -690,14 +850,14 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         terminal_body=robot.terminal_body, terminal_joint=robot.terminal_joint, column_names=names,
         standard=standard, base=base, estimate=est, body_parameters=body_parameters,
         coulomb=terms["coulomb"], viscous=terms["viscous"], armature=terms["armature"], offset=terms["offset"],
-        metrics=metrics, friction=frictions, stiffness=terms["stiffness"])
+        metrics=metrics, friction=frictions, stiffness=terms["stiffness"], held=held)
     if validation is not None:
         residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
         for check, window in prepared_windows(validation.select(robot.joint_names), config.filter):
-            friction_columns = _friction_block(robot, config, window, nonlinear)
+            friction_columns = _friction_block(robot, config, window, nonlinear, _result_constraint(robot, result))
             for start in range(0, check.n_samples, BLOCK):
                 part = check.rows(slice(start, start + BLOCK))
-                columns = None if friction_columns is None else friction_columns[start:start + BLOCK]
+                columns = _block_rows(friction_columns, slice(start, start + BLOCK))
                 predicted = _predicted(robot, result, part.q, part.dq, part.ddq, columns)
                 residual_sq += np.sum((part.tau - predicted) ** 2, axis=0)
                 torque_sq += np.sum(part.tau ** 2, axis=0)

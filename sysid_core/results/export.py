@@ -225,6 +225,7 @@ def params_document(result, robot, source: str, truth=None, payload_frame: str |
         "condition_number": _num(metrics.condition_number),
         "n_base_params": int(result.base.rank),
         # --- extensions ---
+        "held_at_model": list(result.held),
         "scope": result.scope,
         "estimator": result.config.estimator,
         "base_estimator": result.estimate.method,

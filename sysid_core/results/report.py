@@ -97,7 +97,10 @@ def format_result(result, document: dict) -> str:
     if doc["verdict"] == "failed":
         lines.append("  Do not use the numbers below: they are shown to diagnose the run.")
     lines += [f"Identification: scope {doc['scope']}, estimator {doc['estimator']}, "
-              f"{doc['n_samples']} samples, source {doc['source']}", ""]
+              f"{doc['n_samples']} samples, source {doc['source']}"]
+    if doc.get("held_at_model"):
+        lines.append(f"  held at the model's values (the data cannot see them): {', '.join(doc['held_at_model'])}")
+    lines.append("")
 
     merged = doc.get("merged_bodies") or []
     welded = f"; welded bodies merged: {', '.join(merged)}" if merged else ""
