@@ -62,30 +62,33 @@ def node(directory: str) -> None:
 
     from sysid_ros.identifier import Identifier
 
-    rows = np.load(Path(directory) / "rows.npy")
+    from sysid_ros.entry_point import spin_node
+
+    loaded = [np.load(Path(directory) / "rows.npy")]  # handed over and dropped: one copy, in the buffer
     joints = json.loads((Path(directory) / "joints.json").read_text())
-    rclpy.init()
-    ident = Identifier(parameter_overrides=[
-        rclpy.parameter.Parameter("model", value=str(ARM)),
-        rclpy.parameter.Parameter("plots", value=False),
-        rclpy.parameter.Parameter("buffer_capacity", value=SAMPLES),
-        rclpy.parameter.Parameter("output_dir", value=str(Path(directory) / "out"))])
-    with ident._lock:  # what _on_joint_state does per message, at once
-        buffer = ident.buffer
-        assert list(buffer.joint_names) == joints, (buffer.joint_names, joints)
-        buffer.data[:] = rows
-        buffer.head, buffer.size = 0, SAMPLES
-        ident._received = SAMPLES
-        ident._last_ns = int(rows[-1, 0] * 1e9)
-    del rows
-    print("ready", flush=True)
-    try:
-        rclpy.spin(ident)
-    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
-        pass
-    finally:
-        ident.destroy_node()
-        rclpy.try_shutdown()
+
+    class Filled(Identifier):
+        """The identifier with its buffer filled as _on_joint_state would, message by message."""
+
+        def __init__(self, **kwargs):
+            super().__init__(parameter_overrides=[
+                rclpy.parameter.Parameter("model", value=str(ARM)),
+                rclpy.parameter.Parameter("plots", value=False),
+                rclpy.parameter.Parameter("buffer_capacity", value=SAMPLES),
+                rclpy.parameter.Parameter("output_dir", value=str(Path(directory) / "out"))], **kwargs)
+            rows = loaded.pop()
+            with self._lock:
+                buffer = self.buffer
+                assert list(buffer.joint_names) == joints, (buffer.joint_names, joints)
+                buffer.data[:] = rows
+                buffer.head, buffer.size = 0, SAMPLES
+                self._received = SAMPLES
+                self._last_ns = int(rows[-1, 0] * 1e9)
+            del rows
+            print("ready", flush=True)
+
+    # spun as the executable spins it (one thread, the identification in a thread of its own)
+    spin_node(Filled)
 
 
 def call(pid: int) -> dict:
