@@ -46,6 +46,7 @@ from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, 
 from .identification.memory import FIXED_BYTES as _FIXED_BYTES, available_memory, memory_needed
 from .identification.memory import describe_bytes as _bytes
 from .identification.recording_files import STAMPS, read_recordings
+from .identification.screening import lost_sample_notes, missing_in_stretches
 from .results.export import params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
@@ -173,8 +174,15 @@ def _recorded_data(args: argparse.Namespace, robot):
     """(identification, validation or None) from the --recording files, the validation the last
     --validation-fraction of the samples."""
     loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
-    print(f"Read {', '.join(str(p) for p in loaded.files)}: {loaded.summary()}")
     recording = loaded.recording
+    summary = loaded.summary()
+    if args.stamps == "header":  # receive stamps have no holes to count: a late message is not a lost one
+        # samples lost before they were recorded (holes in the stamps of each file): the verdict says so
+        missing = missing_in_stretches(recording, loaded.stretches)
+        summary += f"; {missing} missing from the stamps"
+        recording = dataclasses.replace(recording, quality_notes=recording.quality_notes + lost_sample_notes(
+            missing, recording.n_samples, ", ".join(str(p) for p in loaded.files)))
+    print(f"Read {', '.join(str(p) for p in loaded.files)}: {summary}")
     if args.effort_gains is not None:
         gains = EffortGains.load(args.effort_gains)
         recording = apply_effort_gains(recording, gains)

@@ -233,6 +233,30 @@ def test_cli_identifies_a_bag_like_the_recording(arm, tmp_path):
     assert not (out / "updated_model.xml").exists()
 
 
+def test_cli_counts_samples_lost_before_the_bag_and_says_so(arm, tmp_path, capsys):
+    """A bag whose driver lost messages before they were recorded (every tenth of the middle half:
+    holes in the header stamps, 2.5 % of the samples): the run counts them and its verdict is
+    doubtful (above 1 % lost; the filters bridge the holes); the whole bag has none and no note."""
+    robot, recording = arm
+    messages = driver_messages(recording)
+    middle = range(len(messages) // 4, 3 * len(messages) // 4)
+    lost = {k for k in middle if k % 10 == 0}
+    write_bag(tmp_path / "lossy", [m for k, m in enumerate(messages) if k not in lost], other_topic=False)
+    out = tmp_path / "out"
+    code = main([str(robot.path), "--recording", str(tmp_path / "lossy"), "--no-plots", "--output-dir", str(out)])
+    printed = capsys.readouterr().out
+    assert f"; {len(lost)} missing from the stamps" in printed
+    params = json.loads((out / "params.json").read_text())
+    assert code == 0 and params["verdict"] == "doubtful"
+    share = 100 * len(lost) / len(messages)
+    assert any(f"{len(lost)} of {len(messages)} samples ({share:.1f} %)" in r and "never arrived" in r
+               for r in params["verdict_reasons"])
+    write_bag(tmp_path / "whole", messages, other_topic=False)
+    main([str(robot.path), "--recording", str(tmp_path / "whole"), "--no-plots", "--output-dir", str(out)])
+    assert "; 0 missing from the stamps" in capsys.readouterr().out
+    assert not any("never arrived" in r for r in json.loads((out / "params.json").read_text())["verdict_reasons"])
+
+
 @pytest.mark.parametrize("extra, pattern", [
     (["--recording", "/nonexistent/bag"], "recording not found: /nonexistent/bag"),
     (["--recording", "BAG", "--topic", "/nothing"], "has no topic /nothing"),
