@@ -2,12 +2,13 @@
 
 Truth: the OpenArm-class arm behind emulated DM-J motors with effort gains 0.85-1.15, a command
 delay of 5 ms and, with --stribeck, Stribeck friction on top of the model's own (static level
-1.5 x the Coulomb level, Stribeck velocity 0.1 rad/s). Per command rate: two 20 s excitations
+1.5 x the Coulomb level, Stribeck velocity 0.1 rad/s); the plant's friction is a law of the velocity
+(--frictionloss constraint: MuJoCo's soft constraint, as before). Per command rate: two 20 s excitations
 (alone, and with 0.5 kg mounted off the wrist axes), the delay found from the replies, the
 MIT-loop correction, the two-recording gain calibration, the payload identified with the
 gains, the full arm identified with them, its actuator model written, compiled and replayed.
 
-    .venv/bin/python bench/damiao_actuator.py [--stribeck] [--duration 20] [--rates 250 500]
+    .venv/bin/python bench/damiao_actuator.py [--stribeck] [--frictionloss law|constraint] [--duration 20] [--rates 250 500]
 """
 import argparse
 import sys
@@ -44,6 +45,9 @@ def main():
     parser.add_argument("--stribeck", action="store_true", help="add Stribeck friction to the plant")
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rates", type=float, nargs="+", default=[250.0, 500.0])
+    parser.add_argument("--frictionloss", choices=("law", "constraint"), default="law",
+                        help="the plant's frictionloss: a law of the velocity (the default, as a motor's) "
+                             "or MuJoCo's soft constraint (the figures before issue 15's last change)")
     args = parser.parse_args()
     p = yaml.safe_load((ROOT / "config" / "openarm_class_damiao.yaml").read_text())["damiao_bridge"]["ros__parameters"]
     arm = DamiaoArm.build(p["joint_names"], p["motor_types"], p["can_ids"], p["master_ids"], p["kp"], p["kd"],
@@ -60,7 +64,8 @@ def main():
     full = IdentificationConfig(scope="full", joint_model=JointModel(("coulomb", "viscous", "armature")),
                                 friction_models=model)
     print(f"truth: gains {GAINS.tolist()}, delay {DELAY * 1e3:g} ms, "
-          f"{'Stribeck friction (static 1.5 x Coulomb, 0.1 rad/s)' if args.stribeck else 'model friction only'}; "
+          f"{'Stribeck friction (static 1.5 x Coulomb, 0.1 rad/s)' if args.stribeck else 'model friction only'}, "
+          f"frictionloss as {'a law of the velocity' if args.frictionloss == 'law' else 'MuJoCo constraint'}; "
           f"{args.duration:g} s excitations; identification friction law {model}")
     for rate in args.rates:
         started = time.perf_counter()
@@ -73,7 +78,7 @@ def main():
             friction = (StribeckFriction(excess=0.5 * truth.dof_frictionloss, velocity=0.1)
                         if args.stribeck else None)
             runs.append(drive_virtual_arm(truth, arm, profile, ff, effort_gains=GAINS, delay=DELAY,
-                                          joint_friction=friction))
+                                          joint_friction=friction, frictionloss=args.frictionloss))
         recorded = time.perf_counter() - started
         delays = [act.estimate_delay(r.recording, r.commands, torque_resolution=0.03) for r in runs]
         alone, with_payload = (act.mit_loop_correction(r.recording, r.commands, d.delay) for r, d in zip(runs, delays))

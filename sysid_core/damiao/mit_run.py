@@ -42,13 +42,16 @@ class MitRun:
 
 
 def drive_virtual_arm(model: mujoco.MjModel, arm: DamiaoArm, plan: Trajectory, feedforward, *,
-                      effort_gains=None, delay: float = 0.0, joint_friction=None) -> MitRun:
+                      effort_gains=None, delay: float = 0.0, joint_friction=None,
+                      frictionloss: str = "law") -> MitRun:
     """Run ``plan`` (columns in ``arm.joint_names`` order, uniform rate = the command rate) on a
     virtual arm of ``model`` with ``arm``'s motors, gains and limits, and record it.
 
     ``feedforward`` (N, n) N m the t_ff of every command; ``effort_gains`` (n,) the motors' true
     gains (default 1), ``delay`` s their command delay, ``joint_friction`` extra plant friction
-    (see VirtualDamiaoArm). The model's timestep must divide the command period. The arm
+    (see VirtualDamiaoArm), ``frictionloss`` how the plant applies the model's frictionloss
+    (VirtualDamiaoArm: "law" of the velocity, or MuJoCo's "constraint"). The model's timestep
+    must divide the command period. The arm
     starts at rest at plan.q[0]; motors are enabled, then commanded every period.
     RuntimeError if a motor does not enable or the physics diverges.
     """
@@ -64,7 +67,7 @@ def drive_virtual_arm(model: mujoco.MjModel, arm: DamiaoArm, plan: Trajectory, f
               for j in range(n)]
     channel = f"sysid_mit_run_{uuid.uuid4().hex}"
     emulator = VirtualDamiaoArm(model, motors, channel=channel, realtime=False, delay=delay,
-                                joint_friction=joint_friction,
+                                joint_friction=joint_friction, frictionloss=frictionloss,
                                 initial_positions=dict(zip(arm.joint_names, np.asarray(plan.q[0], dtype=float))))
     by_master = {m: j for j, m in enumerate(arm.master_ids)}
     replies = [[] for _ in range(n)]
