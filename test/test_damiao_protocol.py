@@ -308,6 +308,29 @@ def test_feedback_round_trip_clamps_then_within_one_lsb(limits, position, veloci
     assert (out.motor_id, out.status, out.mosfet_temperature, out.rotor_temperature) == (7, 1, 40, 41)
 
 
+def test_measured_feedback_is_unbiased_where_the_decoded_one_is_half_an_lsb_low():
+    """True values spread over the range, encoded as a motor does (clamp, truncate): decoded they
+    are half an LSB low on average, measured_feedback is within half an LSB of each and unbiased;
+    the top code (a clamped value) stays at the range's end."""
+    import numpy as np
+    rng = np.random.default_rng(3)
+    for limits in (DM4310, DM8009):
+        truth = rng.uniform(-0.99, 0.99, (2000, 3)) * [limits.pmax, limits.vmax, limits.tmax]
+        steps = [lsb(-m, m, bits) for m, bits in ((limits.pmax, 16), (limits.vmax, 12), (limits.tmax, 12))]
+        decoded, measured = [], []
+        for p, v, t in truth:
+            fb = decode_feedback(encode_feedback(Feedback(1, 1, p, v, t, 30, 30), limits), limits)
+            decoded.append((fb.position, fb.velocity, fb.torque))
+            out = dm.measured_feedback(fb, limits)
+            measured.append((out.position, out.velocity, out.torque))
+        low, error = (np.array(decoded) - truth) / steps, (np.array(measured) - truth) / steps
+        assert np.all(np.abs(error) <= 0.5 + 1e-6)
+        assert np.all(np.abs(low.mean(axis=0) + 0.5) < 0.05) and np.all(np.abs(error.mean(axis=0)) < 0.05)
+        top = dm.measured_feedback(decode_feedback(encode_feedback(Feedback(1, 1, 99.0, 99.0, 99.0, 30, 30), limits),
+                                                   limits), limits)
+        assert (top.position, top.velocity, top.torque) == (limits.pmax, limits.vmax, limits.tmax)
+
+
 @settings(max_examples=300, deadline=None)
 @given(limits=LIMITS, data=st.binary(min_size=8, max_size=8))
 def test_bytes_round_trip_is_exact(limits, data):

@@ -76,7 +76,7 @@ def drive_virtual_arm(model: mujoco.MjModel, arm: DamiaoArm, plan: Trajectory, f
         while (msg := host.recv(timeout=0)) is not None:
             j = by_master.get(msg.arbitration_id)
             if j is not None:
-                fb = dm.decode_feedback(bytes(msg.data), arm.limits[j])
+                fb = dm.measured_feedback(dm.decode_feedback(bytes(msg.data), arm.limits[j]), arm.limits[j])
                 replies[j].append((emulator.sim_time, fb.status, fb.position, fb.velocity, fb.torque))
 
     def advance(host, count):

@@ -38,7 +38,7 @@ import numpy as np
 
 from .protocol import (FAULT_STATUSES, FRAME_LENGTH, POSITION_BITS, STATUS, STATUS_DISABLED, STATUS_ENABLED,
                        Feedback, MotorLimits, clear_error_frame, decode_feedback, disable_frame, enable_frame,
-                       resolution, status_text)
+                       measured_feedback, resolution, status_text)
 
 ENABLE, DISABLE, CLEAR = "enable", "disable", "clear_errors"
 
@@ -284,7 +284,7 @@ def screen_feedback(data: bytes, can_id: int, limits: MotorLimits, previous: flo
     nibble = data[0] & 0xF
     if nibble != can_id & 0xF:
         return None, f"motor id nibble 0x{nibble:X}, expected 0x{can_id & 0xF:X}"
-    feedback = decode_feedback(data, limits)
+    feedback = measured_feedback(decode_feedback(data, limits), limits)  # half an LSB up: see there
     if previous is not None:
         reach = limits.vmax * (max(elapsed, 0.0) + FEEDBACK_LATENCY_S) \
             + 2 * resolution(-limits.pmax, limits.pmax, POSITION_BITS)
