@@ -417,17 +417,25 @@ def _unit(coef) -> bool:
 
 
 def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, work: Workspace, ops: list,
-                  pool, most: int) -> None:
+                  pool, most: int, at_rest: bool = False) -> None:
     """Motion vectors state (m, 6, B) into a frame with orientation rot, origin ``origin``.
 
     ``rot`` is the 3x3 nested list and ``origin`` the 3 entries of the step (see _entries).
     Writes the first m rows of ``out``: v' = R^T (v + w x t), w' = R^T w, the velocity of
     the point at the new origin. Temporaries are the first m of ``most`` rows (m <= most),
-    shared by every state height.
+    shared by every state height. ``at_rest``: the state is the base's (ForwardPlan.root),
+    whose only non-zero is the linear acceleration: the rest is written as zeros, not turned.
     """
     m, num = state.shape[0], state.shape[-1]
     target = out[:m].reshape(m, 2, 3, num)
     w, v = state[:, :3], state[:, 3:]
+    if at_rest:
+        ops.append(call(np.copyto, out[0], 0.0))
+        ops.append(call(np.copyto, out[1, :3], 0.0))
+        scratch = pool()
+        for r in range(3):
+            combine(out[1, 3 + r], [(rot[c][r], v[1, c]) for c in range(3)], scratch, ops)
+        return
     t = origin
     # w x t = M w with M = -[t]x; components of v + M w that M leaves alone are read in place
     negated = [_negated(entry, ops, pool) for entry in t]
@@ -451,11 +459,13 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
             combine(dest[..., r, :], [(rot[c][r], sources[c]) for c in range(3)], scratch, ops)
 
 
-def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray, ops: list, pool) -> None:
+def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray, ops: list, pool,
+                      at_rest: bool = False) -> None:
     """The joint's own motion: V += s dq, dV += s ddq + (V x s) dq with the new V.
 
     state (m, 6, B) with velocity and acceleration in rows 0 and 1, dq and ddq (B,); only
-    the non-zeros of the joint's constants cost anything.
+    the non-zeros of the joint's constants cost anything. ``at_rest``: V was zero, so the
+    new V is s dq and V x s vanishes.
     """
     velocity, acceleration = state[0], state[1]
     scratch = pool()
@@ -463,7 +473,7 @@ def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: n
         accumulate(velocity[r], [(value, dq)], scratch, ops)
         accumulate(acceleration[r], [(value, ddq)], scratch, ops)
     scaled = {1.0: dq}  # |value| * dq per distinct |value| of the cross product; signs by subtracting
-    for r, terms in step.cross_terms:
+    for r, terms in () if at_rest else step.cross_terms:
         for c, value in terms:
             if abs(value) not in scaled:
                 scaled[abs(value)] = pool()
@@ -487,10 +497,14 @@ def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace,
                 product = work.empty(f"monomial {k}", scratch.shape)
                 ops.append(call(np.multiply, monomials[a], monomials[b], product))
                 monomials[k] = product
-        combine(out[r], [(c, monomials[k]) for k, c in terms if k > 0], scratch, ops)
+        varying = [(c, monomials[k]) for k, c in terms if k > 0]
         constant = sum(c for k, c in terms if k == 0)
-        if constant:
-            ops.append(call(np.add, out[r], constant, out[r]))
+        if varying or not constant:
+            combine(out[r], varying, scratch, ops)
+            if constant:
+                ops.append(call(np.add, out[r], constant, out[r]))
+        else:  # a constant component: one fill
+            ops.append(call(np.copyto, out[r], constant))
 
 
 def _slots(tree: KinematicTree) -> tuple:
@@ -549,12 +563,13 @@ def forward_plan(tree: KinematicTree, steps: tuple, size: int, work: Workspace) 
                                                                       most)
             rot = _entries(step.rotation, basis[j], ops, pool)
             origin = _entries(step.origin, basis[j], ops, pool)
-            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool, most)
+            at_rest = p < 0 and order == 0  # moving off the base
+            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool, most, at_rest)
             components = (range(6),) * len(components)  # a frame change mixes them
             if step.carried is not None:
                 _carry(step, basis[j], new[rows], work, ops)
                 components += (tuple(r for r, terms in enumerate(step.carried) if terms),)
-            _add_joint_motion(new, step, dq_t[j], ddq_t[j], ops, pool)
+            _add_joint_motion(new, step, dq_t[j], ddq_t[j], ops, pool, at_rest)
             state = new
         final[b], nonzero[b] = state, components
         reached = sorted(set().union(*components))
