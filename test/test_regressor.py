@@ -204,3 +204,20 @@ def test_regressor_plans_follow_the_tree():
         expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
         expected -= robot.damping * dq + robot.armature * ddq
         np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+def test_regressor_follows_gravity_between_calls():
+    """The base's state (which only gravity fills) is kept between blocks and calls: another
+    gravity on the same tree, then the model's again, each matches mj_inverse under it."""
+    from sysid_core.dynamics.regressor import joint_torque_regressor
+    robot = load_robot(BUNDLED[0])
+    model = robot.model
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+    data = mujoco.MjData(model)
+    q, dq, ddq = _states(robot, np.random.default_rng(10), 20)
+    for gravity in (np.array([1.5, -2.0, -3.7]), robot.gravity, np.zeros(3)):
+        tau = joint_torque_regressor(robot.tree, gravity, q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
+        model.opt.gravity[:] = gravity
+        expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
+        expected -= robot.damping * dq + robot.armature * ddq
+        np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())

@@ -366,7 +366,7 @@ def accumulate(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = N
     for coef, x in terms:
         if coef is None:
             continue
-        if isinstance(coef, float) and abs(coef) == 1.0:
+        if _unit(coef):
             todo.append(call(np.add if coef > 0 else np.subtract, out, x, out))
         else:
             todo.append(call(np.multiply, x, coef, scratch))
