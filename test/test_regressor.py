@@ -171,10 +171,12 @@ def test_regressor_threads_keep_their_own_temporaries():
 def test_sin_cos_matches_numpy_to_an_ulp_or_two():
     from sysid_core.dynamics.kinematics import sin_cos
     rng = np.random.default_rng(8)
-    angle = np.concatenate([rng.uniform(-4.0, 4.0, 20000), rng.uniform(-3000.0, 3000.0, 20000),
+    # up to the table's exact range (|angle| < 2^20 h, about 1600 rad): one array, so one path
+    angle = np.concatenate([rng.uniform(-4.0, 4.0, 20000), rng.uniform(-1500.0, 1500.0, 20000),
                             np.arange(-64, 65) * (np.pi / 8), [0.0, -0.0, 1e-300]])
     sin, cos, scratch = np.empty_like(angle), np.empty_like(angle), np.empty((5,) + angle.shape)
     sin_cos(angle, sin, cos, scratch)
+    assert np.any(sin != np.sin(angle))  # the table's path, not NumPy's
     # oracle: NumPy's libm; two ulps of the unit circle's scale
     assert np.abs(sin - np.sin(angle)).max() <= 2.3e-16
     assert np.abs(cos - np.cos(angle)).max() <= 2.3e-16
@@ -199,6 +201,23 @@ def test_regressor_plans_follow_the_tree():
         model = robot.model
         model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
         data = mujoco.MjData(model)
+        expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
+        expected -= robot.damping * dq + robot.armature * ddq
+        np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+def test_regressor_follows_gravity_between_calls():
+    """The base's state (which only gravity fills) is kept between blocks and calls: another
+    gravity on the same tree, then the model's again, each matches mj_inverse under it."""
+    from sysid_core.dynamics.regressor import joint_torque_regressor
+    robot = load_robot(BUNDLED[0])
+    model = robot.model
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+    data = mujoco.MjData(model)
+    q, dq, ddq = _states(robot, np.random.default_rng(10), 20)
+    for gravity in (np.array([1.5, -2.0, -3.7]), robot.gravity, np.zeros(3)):
+        tau = joint_torque_regressor(robot.tree, gravity, q, dq, ddq) @ robot.nominal_parameters.reshape(-1)
+        model.opt.gravity[:] = gravity
         expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
         expected -= robot.damping * dq + robot.armature * ddq
         np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())

@@ -44,3 +44,23 @@ print("sympy" in sys.modules)
 """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_blocks_of_some_rows_equal_the_full_ones():
+    """Evaluating only some rows of A (what a body's projections read) writes those rows, with the
+    entries they repeat, as the full evaluation does; the workspace first holds another motion's A,
+    so an entry left out of the evaluation it needs would show as that stale value."""
+    from sysid_core.dynamics.kinematics import Workspace
+    rng = np.random.default_rng(12)
+    velocity, acceleration = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
+    full = [block.copy() for block in body_regressor_blocks(velocity, acceleration)]
+    for rows in ({2}, {0, 1, 2}, {0, 1}, {3, 4, 5}, {5}):
+        work = Workspace()
+        body_regressor_blocks(rng.normal(size=(6, 5)), rng.normal(size=(6, 5)), work)  # stale values
+        mass, first_moment, inertia = body_regressor_blocks(velocity, acceleration, work, rows=rows)
+        for r in rows:
+            np.testing.assert_array_equal(first_moment[r], full[1][r])
+            if r >= 3:
+                np.testing.assert_array_equal(mass[r - 3], full[0][r - 3])
+            else:
+                np.testing.assert_array_equal(inertia[r], full[2][r])

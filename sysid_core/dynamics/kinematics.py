@@ -67,13 +67,16 @@ def _sparse(coefficients: np.ndarray) -> tuple:
 
 # sin and cos by table and short polynomials: angle = k h + b with h = 2 pi / _TABLE_SIZE,
 # |b| <= h / 2, sin = S_k cos b + C_k sin b and cos = C_k cos b - S_k sin b, with cos b and
-# sin b to below 1e-17 by degree 4 and 5 polynomials. About 27 passes of simple ufuncs, a
-# third of the time of np.sin + np.cos (scalar libm on most x86 builds); the error stays
-# within an ulp or two of theirs. h = _H_HIGH + _H_LOW: _H_HIGH has its low 22 bits zero, so
-# k _H_HIGH is exact for |k| < 2^22; for |k| >= 2^20 (|angle| > 6400) or non-finite angles,
-# np.sin and np.cos do the work.
-_TABLE_BITS = 10
+# sin b to below 1e-17 by degree 4 and 3 polynomials (the table's 4096 entries, 64 kB, keep
+# |b| small enough for a cubic). About 27 passes of simple ufuncs, a third of the time of
+# np.sin + np.cos (scalar libm on most x86 builds); the error stays within an ulp or two of
+# theirs. k = rint(angle / h) comes from adding _ROUND = 1.5 2^52, which rounds to an integer
+# as rint does and leaves k mod 2^51 in the low bits: the table index without a conversion.
+# h = _H_HIGH + _H_LOW: _H_HIGH has its low 22 bits zero, so k _H_HIGH is exact for
+# |k| < 2^22; for |k| >= 2^20 (|angle| > 1600) or non-finite angles, np.sin and np.cos do the work.
+_TABLE_BITS = 12
 _TABLE_SIZE = 1 << _TABLE_BITS
+_ROUND = 1.5 * 2.0 ** 52
 _TWO_PI_LOW = 2.4492935982947064e-16  # 2 pi - float(2 pi)
 _H = 2.0 * np.pi / _TABLE_SIZE  # exact: a power-of-two division
 _H_HIGH = float(np.array(np.array(_H).view(np.int64) & ~np.int64((1 << 22) - 1)).view(np.float64))
@@ -90,29 +93,26 @@ def sin_cos(angle: np.ndarray, sin: np.ndarray, cos: np.ndarray, scratch: np.nda
     """
     k, b, tail, s_k, c_k = scratch
     np.multiply(angle, 1.0 / _H, out=k)
-    np.rint(k, out=k)
+    np.add(k, _ROUND, out=k)  # _ROUND + rint(angle / h)
+    index = tail.view(np.int64)
+    np.bitwise_and(k.view(np.int64), _TABLE_SIZE - 1, out=index)  # k mod table size, also for k < 0
+    np.subtract(k, _ROUND, out=k)
     if not (k.size and -2.0 ** 20 < k.min() and k.max() < 2.0 ** 20):  # huge, nan or inf
         np.sin(angle, out=sin)
         np.cos(angle, out=cos)
         return
+    np.take(_TABLE_SIN, index, out=s_k)
+    np.take(_TABLE_COS, index, out=c_k)
     np.multiply(k, _H_HIGH, out=b)
     np.subtract(angle, b, out=b)
     np.multiply(k, _H_LOW, out=tail)
     np.subtract(b, tail, out=b)  # |b| <= h / 2 + tiny
-    index = tail.view(np.int64)
-    np.copyto(index, k, casting="unsafe")
-    np.bitwise_and(index, _TABLE_SIZE - 1, out=index)  # k mod table size, also for k < 0
-    np.take(_TABLE_SIN, index, out=s_k)
-    np.take(_TABLE_COS, index, out=c_k)
     square = np.multiply(b, b, out=k)
-    # sin b = b + b^3 (-1/6 + b^2 / 120) into b; cos b - 1 = b^2 (-1/2 + b^2 / 24) into tail
+    # cos b - 1 = b^2 (-1/2 + b^2 / 24) into tail; sin b = b - b^3 / 6 into b
     np.multiply(square, 1.0 / 24.0, out=tail)
     tail -= 0.5
     tail *= square
-    square *= 1.0 / 120.0
-    square -= 1.0 / 6.0
-    square *= b
-    square *= b
+    square *= -1.0 / 6.0
     square *= b
     b += square
     np.multiply(c_k, b, out=sin)
@@ -230,13 +230,17 @@ class BodyPass:
     (k - 1, 6, B) the motion subspaces of the first k - 1 of the k joints that move it, in the
     order of ``joint_chains(tree)``; the last one's is the constant ``JointStep.motion`` of
     that joint. The arrays belong to a slot of the Workspace that a later body takes over once
-    no child of this one needs them: read them before the next body's ops run.
+    no child of this one needs them: read them before the next body's ops run. ``reach``, a
+    slice of the 6 components, covers every component of the subspaces that is not an exact
+    zero: a joint's subspace one step down the chain is often zero in several (a hinge's
+    carried into the next body's frame has no part along that body's joint axis).
     """
 
     ops: tuple
     velocity: np.ndarray
     acceleration: np.ndarray
     subspaces: np.ndarray
+    reach: slice
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,7 +249,9 @@ class ForwardPlan:
 
     ``load`` puts a block's samples in place; then running each of ``bodies`` in order
     (BodyPass) gives the motion of that body. ``angle``, ``dq``, ``ddq`` (n, size), ``basis``
-    (n, 2, size), ``trig`` (5, n, size) and ``root`` (2, 6, size) are the arrays ``load`` fills.
+    (n, 2, size), ``trig`` (5, n, size) and ``root`` (2, 6, size) are the arrays ``load`` fills;
+    ``root`` (the base at rest, accelerating by -gravity) only when ``gravity`` (3,), the
+    gravity it holds (NaN before the first block), changes.
     """
 
     tree: KinematicTree
@@ -256,6 +262,7 @@ class ForwardPlan:
     basis: np.ndarray
     trig: np.ndarray
     root: np.ndarray
+    gravity: np.ndarray
     bodies: tuple
 
     def load(self, gravity, q: np.ndarray, dq: np.ndarray, ddq: np.ndarray) -> None:
@@ -276,8 +283,11 @@ class ForwardPlan:
         if slide.any():
             self.basis[slide, 0] = self.angle[slide]
             self.basis[slide, 1] = 0.0
-        self.root[...] = 0.0
-        self.root[1, 3:] = -np.asarray(gravity, dtype=float)[:, None]
+        gravity = np.asarray(gravity, dtype=float)
+        if not np.array_equal(gravity, self.gravity):
+            self.root[...] = 0.0
+            self.root[1, 3:] = -gravity[:, None]
+            self.gravity[...] = gravity
 
 
 def as_samples(name: str, value, n: int) -> np.ndarray:
@@ -308,14 +318,14 @@ def _entries(entries: tuple, rows: np.ndarray, ops: list, pool) -> list:
                 value = row
             else:
                 value = pool()
-                ops.append(partial(np.multiply, row, c, out=value))
+                ops.append(call(np.multiply, row, c, value))
         else:
             value, other = pool(), pool()
-            ops.append(partial(np.multiply, rows[0], c1, out=value))
-            ops.append(partial(np.multiply, rows[1], c2, out=other))
-            ops.append(partial(np.add, value, other, out=value))
+            ops.append(call(np.multiply, rows[0], c1, value))
+            ops.append(call(np.multiply, rows[1], c2, other))
+            ops.append(call(np.add, value, other, value))
         if c0 != 0.0:
-            ops.append(partial(np.add, value, c0, out=value))  # value is a new row here
+            ops.append(call(np.add, value, c0, value))  # value is a new row here
         values.append(value)
     return values
 
@@ -325,8 +335,18 @@ def _negated(entry, ops: list, pool):
     if entry is None or isinstance(entry, float):
         return None if entry is None else -entry
     row = pool()
-    ops.append(partial(np.negative, entry, out=row))
+    ops.append(call(np.negative, entry, row))
     return row
+
+
+def call(f, *args):
+    """f(*args) as an argument-less callable, what a plan records and ``run`` performs.
+
+    Ufuncs are given their output as the last positional argument: out= costs a third more
+    to dispatch, on calls whose work is a few microseconds. Float operands are stored as 0-d
+    arrays, which NumPy does not have to convert again on every call.
+    """
+    return partial(f, *(np.array(a) if isinstance(a, float) else a for a in args))
 
 
 def run(ops) -> None:
@@ -346,11 +366,11 @@ def accumulate(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = N
     for coef, x in terms:
         if coef is None:
             continue
-        if isinstance(coef, float) and abs(coef) == 1.0:
-            todo.append(partial(np.add if coef > 0 else np.subtract, out, x, out=out))
+        if _unit(coef):
+            todo.append(call(np.add if coef > 0 else np.subtract, out, x, out))
         else:
-            todo.append(partial(np.multiply, x, coef, out=scratch))
-            todo.append(partial(np.add, out, scratch, out=out))
+            todo.append(call(np.multiply, x, coef, scratch))
+            todo.append(call(np.add, out, scratch, out))
     if ops is None:
         run(todo)
 
@@ -358,34 +378,64 @@ def accumulate(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = N
 def combine(out: np.ndarray, terms, scratch: np.ndarray, ops: list | None = None) -> None:
     """out = sum(coef * x for coef, x in terms), coefs and ``ops`` as in ``accumulate``; no terms: zeros."""
     todo = [] if ops is None else ops
-    terms = [(coef, x) for coef, x in terms if coef is not None]
+    # a term with coefficient +-1 needs no product: put one first, and the first two terms go
+    # into out in one binary call (x + y, x - y, y - x; c x + y in two), not a copy then an add:
+    # every pass over out costs about as much as the arithmetic
+    terms = sorted(((coef, x) for coef, x in terms if coef is not None), key=lambda term: not _unit(term[0]))
     if not terms:
-        todo.append(partial(np.copyto, out, 0.0))
-    else:
-        (coef, x), rest = terms[0], terms[1:]
-        if isinstance(coef, float) and coef == 1.0:
-            todo.append(partial(np.copyto, out, x))
-        elif isinstance(coef, float) and coef == -1.0:
-            todo.append(partial(np.negative, x, out=out))
+        todo.append(call(np.copyto, out, 0.0))
+    elif len(terms) == 1:
+        coef, x = terms[0]
+        if _unit(coef):
+            todo.append(call(np.copyto, out, x) if coef > 0 else call(np.negative, x, out))
         else:
-            todo.append(partial(np.multiply, x, coef, out=out))
-        accumulate(out, rest, scratch, todo)
+            todo.append(call(np.multiply, x, coef, out))
+    else:
+        (c1, x1), (c2, x2) = terms[:2]
+        if not _unit(c1):  # no unit coefficient at all
+            todo.append(call(np.multiply, x1, c1, out))
+            accumulate(out, terms[1:], scratch, todo)
+        else:
+            if not _unit(c2):
+                todo.append(call(np.multiply, x2, c2, scratch))
+                c2, x2 = 1.0, scratch
+            if c1 > 0:
+                todo.append(call(np.add if c2 > 0 else np.subtract, x1, x2, out))
+            elif c2 > 0:
+                todo.append(call(np.subtract, x2, x1, out))
+            else:  # -x - y
+                todo.append(call(np.negative, x1, out))
+                todo.append(call(np.subtract, out, x2, out))
+            accumulate(out, terms[2:], scratch, todo)
     if ops is None:
         run(todo)
 
 
+def _unit(coef) -> bool:
+    """Whether a coefficient (see ``accumulate``) is the float +1 or -1."""
+    return isinstance(coef, float) and abs(coef) == 1.0
+
+
 def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, work: Workspace, ops: list,
-                  pool, most: int) -> None:
+                  pool, most: int, at_rest: bool = False) -> None:
     """Motion vectors state (m, 6, B) into a frame with orientation rot, origin ``origin``.
 
     ``rot`` is the 3x3 nested list and ``origin`` the 3 entries of the step (see _entries).
     Writes the first m rows of ``out``: v' = R^T (v + w x t), w' = R^T w, the velocity of
     the point at the new origin. Temporaries are the first m of ``most`` rows (m <= most),
-    shared by every state height.
+    shared by every state height. ``at_rest``: the state is the base's (ForwardPlan.root),
+    whose only non-zero is the linear acceleration: the rest is written as zeros, not turned.
     """
     m, num = state.shape[0], state.shape[-1]
     target = out[:m].reshape(m, 2, 3, num)
     w, v = state[:, :3], state[:, 3:]
+    if at_rest:
+        ops.append(call(np.copyto, out[0], 0.0))
+        ops.append(call(np.copyto, out[1, :3], 0.0))
+        scratch = pool()
+        for r in range(3):
+            combine(out[1, 3 + r], [(rot[c][r], v[1, c]) for c in range(3)], scratch, ops)
+        return
     t = origin
     # w x t = M w with M = -[t]x; components of v + M w that M leaves alone are read in place
     negated = [_negated(entry, ops, pool) for entry in t]
@@ -396,7 +446,7 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
         if terms:
             linear[c], moved = work.empty(f"moved {c}", (m, num), most), True
             combine(linear[c], terms, work.empty("scratch", (m, num), most), ops)
-            ops.append(partial(np.add, linear[c], v[:, c], out=linear[c]))
+            ops.append(call(np.add, linear[c], v[:, c], linear[c]))
     if not moved:
         # no translation: both halves of each pair in one call per term
         pairs = state.reshape(m, 2, 3, num)
@@ -409,24 +459,27 @@ def _change_frame(state: np.ndarray, rot: list, origin: list, out: np.ndarray, w
             combine(dest[..., r, :], [(rot[c][r], sources[c]) for c in range(3)], scratch, ops)
 
 
-def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray, ops: list, pool) -> None:
+def _add_joint_motion(state: np.ndarray, step: JointStep, dq: np.ndarray, ddq: np.ndarray, ops: list, pool,
+                      at_rest: bool = False) -> None:
     """The joint's own motion: V += s dq, dV += s ddq + (V x s) dq with the new V.
 
     state (m, 6, B) with velocity and acceleration in rows 0 and 1, dq and ddq (B,); only
-    the non-zeros of the joint's constants cost anything.
+    the non-zeros of the joint's constants cost anything. ``at_rest``: V was zero, so the
+    new V is s dq and V x s vanishes.
     """
     velocity, acceleration = state[0], state[1]
     scratch = pool()
     for r, value in step.motion_terms:
         accumulate(velocity[r], [(value, dq)], scratch, ops)
         accumulate(acceleration[r], [(value, ddq)], scratch, ops)
-    scaled = {1.0: dq}  # value * dq per distinct value of the cross product
-    for r, terms in step.cross_terms:
-        for _, value in terms:
-            if value not in scaled:
-                scaled[value] = pool()
-                ops.append(partial(np.multiply, dq, value, out=scaled[value]))
-        accumulate(acceleration[r], [(scaled[value], velocity[c]) for c, value in terms], scratch, ops)
+    scaled = {1.0: dq}  # |value| * dq per distinct |value| of the cross product; signs by subtracting
+    for r, terms in () if at_rest else step.cross_terms:
+        for c, value in terms:
+            if abs(value) not in scaled:
+                scaled[abs(value)] = pool()
+                ops.append(call(np.multiply, dq, abs(value), scaled[abs(value)]))
+            ops.append(call(np.multiply, velocity[c], scaled[abs(value)], scratch))
+            ops.append(call(np.add if value > 0 else np.subtract, acceleration[r], scratch, acceleration[r]))
 
 
 def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace, ops: list) -> None:
@@ -442,12 +495,16 @@ def _carry(step: JointStep, basis: np.ndarray, out: np.ndarray, work: Workspace,
             if monomials[k] is None and k > 0:  # a product, formed once when first needed
                 a, b = ((1, 1), (1, 2), (2, 2))[k - 3]
                 product = work.empty(f"monomial {k}", scratch.shape)
-                ops.append(partial(np.multiply, monomials[a], monomials[b], out=product))
+                ops.append(call(np.multiply, monomials[a], monomials[b], product))
                 monomials[k] = product
-        combine(out[r], [(c, monomials[k]) for k, c in terms if k > 0], scratch, ops)
+        varying = [(c, monomials[k]) for k, c in terms if k > 0]
         constant = sum(c for k, c in terms if k == 0)
-        if constant:
-            ops.append(partial(np.add, out[r], constant, out=out[r]))
+        if varying or not constant:
+            combine(out[r], varying, scratch, ops)
+            if constant:
+                ops.append(call(np.add, out[r], constant, out[r]))
+        else:  # a constant component: one fill
+            ops.append(call(np.copyto, out[r], constant))
 
 
 def _slots(tree: KinematicTree) -> tuple:
@@ -488,10 +545,10 @@ def forward_plan(tree: KinematicTree, steps: tuple, size: int, work: Workspace) 
     slots = _slots(tree)
     slot = work.empty("body states", (1 + max(slots), most, 6, num))
     root = work.empty("root", (2, 6, num))
-    bodies, final = [], {}
+    bodies, final, nonzero = [], {}, {-1: ()}  # nonzero: per body, per subspace, its non-zero components
     for b in range(tree.n_bodies):
         p, ops = tree.parent[b], []
-        state = root if p < 0 else final[p]
+        state, components = root if p < 0 else final[p], nonzero[int(p)]
         for order, j in enumerate(tree.body_joints[b]):
             taken = iter(range(1 << 30))
 
@@ -506,14 +563,19 @@ def forward_plan(tree: KinematicTree, steps: tuple, size: int, work: Workspace) 
                                                                       most)
             rot = _entries(step.rotation, basis[j], ops, pool)
             origin = _entries(step.origin, basis[j], ops, pool)
-            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool, most)
+            at_rest = p < 0 and order == 0  # moving off the base
+            _change_frame(state, [rot[0:3], rot[3:6], rot[6:9]], origin, new, work, ops, pool, most, at_rest)
+            components = (range(6),) * len(components)  # a frame change mixes them
             if step.carried is not None:
                 _carry(step, basis[j], new[rows], work, ops)
-            _add_joint_motion(new, step, dq_t[j], ddq_t[j], ops, pool)
+                components += (tuple(r for r, terms in enumerate(step.carried) if terms),)
+            _add_joint_motion(new, step, dq_t[j], ddq_t[j], ops, pool, at_rest)
             state = new
-        final[b] = state
-        bodies.append(BodyPass(tuple(ops), state[0], state[1], state[2:]))
+        final[b], nonzero[b] = state, components
+        reached = sorted(set().union(*components))
+        reach = slice(reached[0], reached[-1] + 1) if reached else slice(0, 0)
+        bodies.append(BodyPass(tuple(ops), state[0], state[1], state[2:], reach))
     # sin_cos's scratch, needed before any body's ops run: the slots' memory when large enough
     trig = (slot.reshape(-1)[:5 * n * num].reshape(5, n, num) if slot.size >= 5 * n * num
             else work.empty("sin cos", (5, n, num)))
-    return ForwardPlan(tree, size, angle, dq_t, ddq_t, basis, trig, root, tuple(bodies))
+    return ForwardPlan(tree, size, angle, dq_t, ddq_t, basis, trig, root, np.full(3, np.nan), tuple(bodies))

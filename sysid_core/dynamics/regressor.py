@@ -37,74 +37,98 @@ def _as_index(joints: tuple):
     return np.array(joints, dtype=int)
 
 
-def _project(rows: np.ndarray, subspaces: np.ndarray, mass, first_moment, inertia) -> None:
-    """rows (k, 10, C) = subspaces (k, 6, C) against a body's regressor A (6, 10, C) given by its blocks.
+def _projection(subspaces: np.ndarray, reach: slice, mass, first_moment, inertia) -> tuple:
+    """The operands of rows (k, 10, B) = subspaces (k, 6, B) against a body's regressor A
+    (6, 10, B) given by its blocks, cut to the components ``reach`` covers (BodyPass.reach).
 
-    A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2; einsum
-    contracts each block in one C loop straight into ``rows``, with no temporaries.
+    A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2. Per block
+    of columns, (index into a row, subspace components (k, r, B), A's rows (r, ..., B)); a
+    block that no reached component acts on is left out: its columns are zero.
     """
-    np.einsum("krn,rn->kn", subspaces[:, 3:], mass, out=rows[:, 0])
-    np.einsum("krn,rcn->kcn", subspaces, first_moment, out=rows[:, 1:4])
-    np.einsum("krn,rcn->kcn", subspaces[:, :3], inertia, out=rows[:, 4:])
+    lo, hi = reach.start, reach.stop
+    parts = []
+    if max(lo, 3) < hi:
+        parts.append((0, subspaces[:, max(lo, 3):hi], mass[max(lo, 3) - 3:hi - 3]))
+    if lo < hi:
+        parts.append((slice(1, 4), subspaces[:, lo:hi], first_moment[lo:hi]))
+    if lo < min(hi, 3):
+        parts.append((slice(4, 10), subspaces[:, lo:min(hi, 3)], inertia[lo:min(hi, 3)]))
+    return tuple(parts)
+
+
+def _project(rows: np.ndarray, parts: tuple) -> None:
+    """rows (k, 10, C) = subspaces against A by their _projection (C <= B: the first C samples).
+
+    einsum contracts each block in one C loop straight into ``rows``, with no temporaries;
+    the columns of the blocks left out are not written.
+    """
+    count = rows.shape[-1]
+    for index, subspaces, blocks in parts:
+        if count < subspaces.shape[-1]:
+            subspaces, blocks = subspaces[..., :count], blocks[..., :count]
+        np.einsum("krn,r...n->k...n", subspaces, blocks, out=rows[:, index])
 
 
 def _constant_plan(motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> tuple:
     """How to write row (10, C) = constant motion (6,) against A: a sum over motion's non-zeros only.
 
-    Per part of the row with terms, (index into row, ops); an op (f, args, out) stands for
-    f(*args, out=out) with None in args or out standing for that part of the row, and
-    arrays (of the block's full size B) cut to the row's C samples. ``row`` starts as zeros
-    (a fresh np.zeros buffer): a part with no terms is left alone.
+    Per part of the row with terms, (index into row, terms, scratch): part = sum(coef * x)
+    over the terms (coef a float, x an array of the block's full size B, cut to the row's C
+    samples), scratch an array of x's shape. ``row`` starts as zeros (a fresh np.zeros
+    buffer): a part with no terms is left alone.
     """
-    coef = [float(c) if c != 0.0 else None for c in motion]
+    coef = [float(c) for c in motion]
     plan = []
-    for index, part, terms in ((0, mass[0], [(coef[r], mass[r - 3]) for r in range(3, 6)]),
-                               (slice(1, 4), first_moment[0], [(coef[r], first_moment[r]) for r in range(6)]),
-                               (slice(4, 10), inertia[0], [(coef[r], inertia[r]) for r in range(3)])):
-        terms = [(c, x) for c, x in terms if c is not None]
-        if not terms:
-            continue
-        scratch = work.empty("row", part.shape)
-        (c, x), ops = terms[0], []
-        ops.append((np.positive, (x,), None) if c == 1.0 else (np.negative, (x,), None) if c == -1.0
-                   else (np.multiply, (x, c), None))
-        for c, x in terms[1:]:
-            if abs(c) == 1.0:
-                ops.append((np.add if c > 0 else np.subtract, (None, x), None))
-            else:
-                ops.append((np.multiply, (x, c), scratch))
-                ops.append((np.add, (None, scratch), None))
-        plan.append((index, tuple(ops)))
+    for index, terms in ((0, [(coef[r], mass[r - 3]) for r in range(3, 6)]),
+                         (slice(1, 4), [(coef[r], first_moment[r]) for r in range(6)]),
+                         (slice(4, 10), [(coef[r], inertia[r]) for r in range(3)])):
+        terms = tuple((c, x) for c, x in terms if c != 0.0)
+        if terms:
+            plan.append((index, terms, work.empty("row", terms[0][1].shape)))
     return tuple(plan)
 
 
 def _project_constant(row: np.ndarray, plan: tuple) -> None:
     """row (10, C) = a constant motion against A, by its _constant_plan."""
     count = row.shape[-1]
-    for index, ops in plan:
-        part = row[index]
-        for f, args, out in ops:
-            f(*[part if a is None else a[..., :count] if isinstance(a, np.ndarray) else a for a in args],
-              out=part if out is None else out[..., :count])
+    for index, terms, scratch in plan:
+        part, scratch = row[index], scratch[..., :count]
+        (c, x), rest = terms[0], terms[1:]
+        if c == 1.0:  # a copy, not np.positive: that is half as fast
+            np.copyto(part, x[..., :count])
+        elif c == -1.0:
+            np.negative(x[..., :count], out=part)
+        else:
+            np.multiply(x[..., :count], c, out=part)
+        for c, x in rest:
+            if abs(c) == 1.0:
+                (np.add if c > 0 else np.subtract)(part, x[..., :count], out=part)
+            else:
+                np.multiply(x[..., :count], c, out=scratch)
+                np.add(part, scratch, out=part)
 
 
 def _regressor_plan(tree: KinematicTree, size: int, work: Workspace) -> tuple:
-    """The forward plan for blocks of ``size`` samples and, per body, (ops, subspaces, blocks,
+    """The forward plan for blocks of ``size`` samples and, per body, (ops, projection,
     constant plan, last joint, joints above, rows): running ops (the body's share of the
-    forward pass, then its A) leaves A's blocks (body_regressor_blocks) and the subspaces
-    of the joints above the last one for the projection; ``above`` indexes the output's
-    rows, and ``rows`` (k - 1, 10, size) stages them when they are not a slice (trees)."""
+    forward pass, then the rows of its A that are read) leaves what the projections of the
+    joints above the last one (_projection) and of the last one (_constant_plan) read;
+    ``above`` indexes the output's rows, and ``rows`` (k - 1, 10, size) stages them when they
+    are not a slice (trees)."""
     steps = _cached_steps(tree)
     forward = forward_plan(tree, steps, size, work)
     bodies = []
     for body, chain in zip(forward.bodies, joint_chains(tree)):
-        ops = list(body.ops)
-        blocks = body_regressor_blocks(body.velocity, body.acceleration, work, ops)
-        constant = _constant_plan(steps[chain[-1]].motion, *blocks, work)
+        ops, motion = list(body.ops), steps[chain[-1]].motion
+        # A's rows that the projections read: those the subspaces reach, the last joint's non-zeros
+        read = set(range(body.reach.start, body.reach.stop)) | {r for r in range(6) if motion[r] != 0.0}
+        blocks = body_regressor_blocks(body.velocity, body.acceleration, work, ops, rows=read)
+        constant = _constant_plan(motion, *blocks, work)
+        projection = _projection(body.subspaces, body.reach, *blocks)
         above = _as_index(chain[:-1])
         rows = None if isinstance(above, slice) or not above.size else work.empty(
             "rows", (above.size, 10, size), tree.n_joints)
-        bodies.append((tuple(ops), body.subspaces, blocks, constant, chain[-1], above, rows))
+        bodies.append((tuple(ops), projection, constant, chain[-1], above, rows))
     return forward, tuple(bodies)
 
 
@@ -168,17 +192,17 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
         block = slice(start, min(start + size, num))
         forward.load(gravity, q[block], dq[block], ddq[block])
         count = block.stop - start
-        for b, (ops, subspaces, parts, constant, last, above, rows) in enumerate(bodies):
+        for b, (ops, projection, constant, last, above, rows) in enumerate(bodies):
             # torque on joint k from body b: k's motion subspace in b's frame against b's wrench
             run(ops)
             columns = slice(10 * b, 10 * b + 10)
             # the last joint's subspace is constant: only its non-zeros are worth a product
             _project_constant(out[last, columns, block], constant)
-            if count < size:  # a padded block: its first count samples only
-                subspaces, parts = subspaces[..., :count], [x[..., :count] for x in parts]
             if isinstance(above, slice):
-                _project(out[above, columns, block], subspaces, *parts)
+                _project(out[above, columns, block], projection)
             elif above.size:
-                _project(rows[..., :count], subspaces, *parts)
+                if len(projection) < 3:  # staged rows are reused: the columns left out must be zero
+                    rows[...] = 0.0
+                _project(rows[..., :count], projection)
                 out[above, columns, block] = rows[..., :count]
     return np.moveaxis(out, -1, 0)
