@@ -2,16 +2,17 @@
 
 Why not ``scipy.signal``: importing it costs about a second of CPU (SciPy 1.17 parses the
 docstrings of every function it exports, and it pulls in ``scipy.stats``), more than the
-filtering of a 15 s recording and half of a whole ``sysid-identify`` run; this module needs
+filtering of a 15 s recording and a third of a whole ``sysid-identify`` run; this module needs
 only NumPy, and gives what ``scipy.signal.butter(..., output="sos")`` and ``sosfiltfilt``
 give (the tests hold it to them).
 
 A recursive filter is sequential in time, and a Python loop over samples is slow. So the
 signal is cut into B blocks of L samples, and each step of the loop advances every block
-(and every channel) by one sample at once: all blocks first run from a zero filter state,
-then each block's true starting state is carried from the block before (B small steps),
-and its effect, a homogeneous response of two known sequences, is added (a matrix
-product). The loop has L steps of one BLAS call each, with L ~ sqrt(samples).
+(and every channel) by one sample at once: all blocks first run from a guessed state (their
+inputs held), then each block's true starting state is carried from the block before it
+(B small steps) and the difference's effect, a homogeneous response of two known sequences,
+added (a matrix product). Both passes, forward and backward, run in that one layout; the
+loop has L steps of one BLAS call each, with L ~ sqrt(samples).
 """
 from __future__ import annotations
 
@@ -71,16 +72,15 @@ def _homogeneous(a1: float, a2: float, length: int) -> np.ndarray:
 
 
 def _carried(jumps: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """(B, 2, P): the corrections d_b = carry @ d_{b-1} + jumps[b] of every block's starting
-    state, d_0 = 0; jumps (B, 2, P) what the true start of block b differs from its guess by
-    when block b - 1 started right, carry (2, 2) how a block's starting error reaches its end.
-    One block after the other: a prefix scan would need carry's high powers, which lose
-    digits where the poles near 1."""
-    state = jumps
-    state[0] = 0.0
-    for b in range(1, state.shape[0]):
-        state[b] += carry @ state[b - 1]
-    return state
+    """(B, 2, P), in place of ``jumps``: the corrections d_b = carry @ d_{b-1} + jumps[b] of the
+    blocks' starting states in the order they are filtered, d_0 = 0; jumps (B, 2, P) what the
+    true start of block b differs from its guess by when block b - 1 started right, carry
+    (2, 2) how a block's starting error reaches its end. One block after the other: a prefix
+    scan would need carry's high powers, which lose digits where the poles near 1."""
+    jumps[0] = 0.0
+    for b in range(1, jumps.shape[0]):
+        jumps[b] += carry @ jumps[b - 1]
+    return jumps
 
 
 # Samples as one opaque item each: a (T, P) signal's rows move between time order and the
@@ -89,58 +89,61 @@ def _rows_as_items(x: np.ndarray) -> np.ndarray:
     return x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[-1])))[..., 0]
 
 
-def _causal(x: np.ndarray, sections: np.ndarray) -> np.ndarray:
-    """The cascade of ``sections`` run over x (T, P), rows contiguous, along axis 0 from the
-    steady state of its first sample (what it would be after that value had been held forever:
-    SciPy's ``sosfilt_zi`` scaled by x[0]). Returns (T, P)."""
-    total, channels = x.shape
-    length = _block_length(total)
-    blocks = -(-total // length)
-    full = total // length
-    # z[2 + k, role, b] is sample k of block b (rows 0, 1: the two before it); role 0 and 1
-    # take turns as a section's input and output, so one BLAS call reads the six values a
-    # sample of the recursion needs: three inputs, two earlier outputs and the output itself
-    z = np.zeros((length + 2, 2, blocks, channels))
-    _rows_as_items(z[2:, 0, :full]).T[...] = _rows_as_items(x[:full * length]).reshape(full, length)
-    if full < blocks:  # the last block's tail holds the last value: it never reaches earlier samples
-        z[2:, 0, -1] = x[-1]
-        z[2:2 + total - full * length, 0, -1] = x[full * length:]
-    # Every section passes a constant unchanged (unit gain at 0 Hz), so each block is filtered
-    # about its own first value: the recursion's terms are then the size of the signal's change
-    # within a block, not of its level, and so are its rounding errors (near-1 poles amplify them)
-    level = z[2, 0].copy()  # (B, P)
-    z[2:, 0] -= level
+def _section(z: np.ndarray, section, source: int, level: np.ndarray, held: np.ndarray, forward: bool) -> int:
+    """One second-order section over every block of z at once, forward in time or backward,
+    from ``source``'s role to the other's; returns the role the output is in.
+
+    z (L + 4, 2, B, P): z[2 + k, role, b] is sample k of block b less the block's ``level``
+    (B, P); rows 0-1 and L+2..L+3 the two samples before and after it. ``held`` (P,): the value
+    the signal held forever before its start (forward) or after its end (backward)."""
+    length, blocks, channels = z.shape[0] - 4, z.shape[2], z.shape[3]
+    target = 1 - source
+    b0, b1, b2, _, a1, a2 = section
+    rows = z.reshape(length + 4, 2, -1)
     step = level[:-1] - level[1:]  # a value of block b - 1 about block b's level
-    steady = x[0] - level[0]  # where the first block starts: the first sample held forever
-    rows = z.reshape(length + 2, 2, blocks * channels)
-    for number, (b0, b1, b2, _, a1, a2) in enumerate(sections):
-        source, target = number % 2, 1 - number % 2
-        # the inputs before each block: the previous block's last two, the steady value for
-        # the first; its outputs guessed equal to them (exact if the input had been constant):
-        # the guess leaves a correction the size of the filter's lag, not of the signal, so
-        # the homogeneous responses it is carried with cancel little
-        np.add(z[-2:, source, :-1], step, out=z[:2, source, 1:])
-        z[:2, source, 0] = steady
-        z[:2, target] = z[:2, source]
-        coefficients = np.zeros((3, 2))
-        coefficients[:, source] = (b2, b1, b0)
-        coefficients[:2, target] = (-a2, -a1)
-        coefficients = coefficients.reshape(6)
+    # the inputs just before each block in the direction of travel (the neighbour's, re-levelled;
+    # the held value at the signal's end) and its outputs there guessed equal to them, exact
+    # for a constant: the correction left is the size of the filter's lag, not of the signal
+    halo, near, inner = (slice(0, 2), [1, 0], slice(length, length + 2)) if forward else \
+        (slice(length + 2, length + 4), [length + 2, length + 3], slice(2, 4))
+    if forward:
+        np.add(z[inner, source, :-1], step, out=z[halo, source, 1:])
+        z[halo, source, 0] = held - level[0]
+    else:
+        np.subtract(z[inner, source, 1:], step, out=z[halo, source, :-1])
+        z[halo, source, -1] = held - level[-1]
+    z[halo, target] = z[halo, source]
+    # one BLAS call per sample reads the six values it needs: three inputs, two earlier
+    # outputs and (times 0) its own
+    coefficients = np.zeros((3, 2))
+    coefficients[:, source] = (b2, b1, b0) if forward else (b0, b1, b2)
+    coefficients[:, target] = (-a2, -a1, 0.0) if forward else (0.0, -a1, -a2)
+    coefficients = coefficients.reshape(6)
+    if forward:
         for k in range(2, length + 2):
             np.dot(coefficients, rows[k - 2:k + 1].reshape(6, -1), out=rows[k, target])
-        # each block's true state (y[-1], y[-2]) at its start less the guess, carried from
-        # the block before, and what it adds along the block
-        response = _homogeneous(a1, a2, length)
-        jumps = np.empty((blocks, 2, channels))
-        np.subtract((z[[-1, -2], target, :-1] + step).transpose(1, 0, 2), z[[1, 0], target, 1:].transpose(1, 0, 2),
+    else:
+        for k in range(length + 1, 1, -1):
+            np.dot(coefficients, rows[k:k + 3].reshape(6, -1), out=rows[k, target])
+    # each block's true state at its start less the guess, carried from the block before it in
+    # the direction of travel, and what it adds along the block (a homogeneous response)
+    response = _homogeneous(a1, a2, length)
+    jumps = np.empty((blocks, 2, channels))
+    ends = z[[length + 1, length] if forward else [2, 3], target]  # (2, B, P) the blocks' ends
+    if forward:
+        np.subtract((ends[:, :-1] + step).transpose(1, 0, 2), z[near, target, 1:].transpose(1, 0, 2),
                     out=jumps[1:])
-        correction = _carried(jumps, response[[-1, -2]]).transpose(1, 0, 2).reshape(2, -1)
-        for start in range(0, length, 32):  # a few rows at a time: the product stays in cache
-            rows[2 + start:2 + start + 32, target] += response[start:start + 32] @ correction
-    z[2:, len(sections) % 2] += level
-    out = np.empty((blocks * length, channels))
-    _rows_as_items(out).reshape(blocks, length)[...] = _rows_as_items(z[2:, len(sections) % 2]).T
-    return out[:total]
+        correction = _carried(jumps, response[[-1, -2]])
+    else:
+        np.subtract((ends[:, 1:] - step).transpose(1, 0, 2), z[near, target, :-1].transpose(1, 0, 2),
+                    out=jumps[:-1])
+        correction = _carried(jumps[::-1], response[[-1, -2]])[::-1]
+        response = response[::-1]
+    correction = correction.transpose(1, 0, 2).reshape(2, blocks * channels)
+    for start in range(0, length, 32):  # a few rows at a time: the product stays in cache
+        stop = min(start + 32, length)
+        rows[2 + start:2 + stop, target] += response[start:stop] @ correction
+    return target
 
 
 def zero_phase(x, sections: np.ndarray, pad_before: int, pad_after: int) -> np.ndarray:
@@ -148,18 +151,44 @@ def zero_phase(x, sections: np.ndarray, pad_before: int, pad_after: int) -> np.n
     ``sosfiltfilt``: odd-extension padding of ``pad_before`` and ``pad_after`` samples (0 at
     an edge inside a longer signal, where the filter starts from its steady state and the
     margin around the block absorbs the transient), each pass from the steady state of its
-    first sample. Returns (N, ...) float, in x's unit; the phase cancels, the gain is squared."""
+    first sample (what it would be after that value had been held forever: SciPy's
+    ``sosfilt_zi`` scaled by it). Returns (N, ...) float, in x's unit; the phase cancels, the
+    gain is squared."""
     x = np.asarray(x, dtype=float)
     num = x.shape[0]
     if pad_before >= num or pad_after >= num:
         raise ValueError(f"padding of {max(pad_before, pad_after)} samples needs a longer signal than {num}")
     flat = x.reshape(num, -1)
-    ext = np.empty((pad_before + num + pad_after, flat.shape[1]))
+    total, channels = pad_before + num + pad_after, flat.shape[1]
+    ext = np.empty((total, channels))
     ext[pad_before:pad_before + num] = flat
     if pad_before:
         ext[:pad_before] = 2.0 * flat[0] - flat[pad_before:0:-1]
     if pad_after:
         ext[pad_before + num:] = 2.0 * flat[-1] - flat[-2:-pad_after - 2:-1]
-    forward = _causal(ext, sections)
-    backward = _causal(forward[::-1], sections)[::-1]
-    return backward[pad_before:pad_before + num].reshape(x.shape)
+
+    length = _block_length(total)
+    blocks, full = -(-total // length), total // length
+    z = np.zeros((length + 4, 2, blocks, channels))
+    samples = z[2:length + 2]
+    _rows_as_items(samples[:, 0, :full]).T[...] = _rows_as_items(ext[:full * length]).reshape(full, length)
+    last = total - full * length - 1 if full < blocks else length - 1  # the last sample's row in the last block
+    if full < blocks:
+        samples[:last + 1, 0, -1] = ext[full * length:]
+    # Every section passes a constant unchanged (unit gain at 0 Hz), so each block is filtered
+    # about its own first value: the recursion's terms are then the size of the signal's change
+    # within a block, not of its level, and so are its rounding errors (near-1 poles amplify them)
+    level = samples[0, 0].copy()
+    samples[:, 0] -= level
+    role = 0
+    for section in sections:
+        role = _section(z, section, role, level, ext[0], forward=True)
+    # backward from the last output held: the last block's rows beyond the signal hold it too
+    held = samples[last, role, -1] + level[-1]
+    samples[last + 1:, role, -1] = samples[last, role, -1]
+    for section in sections[::-1]:
+        role = _section(z, section, role, level, held, forward=False)
+    samples[:, role] += level
+    out = np.empty((blocks * length, channels))
+    _rows_as_items(out).reshape(blocks, length)[...] = _rows_as_items(samples[:, role]).T
+    return out[pad_before:pad_before + num].reshape(x.shape)
