@@ -697,7 +697,8 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
             # it happens (MuJoCo resets a diverged state to qpos0 and carries on)
             if joint_friction is None:
                 applied[:] = tau
-                mj_step(plant, data, steps)
+                for _ in range(steps):
+                    mj_step(plant, data)
                 failed = _counted_divergence(counts)
             else:
                 for _ in range(steps):  # friction follows the velocity within the sample
