@@ -2,6 +2,7 @@
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import mujoco
@@ -72,6 +73,17 @@ def test_cli_bad_input_exit_code_and_message(args, pattern, capsys, tmp_path):
     assert status == 2
     assert err.startswith("error:") and "Traceback" not in err
     assert pattern.lower() in err.lower()
+
+
+def test_cli_process_imports_no_gl_backend():
+    """The command line renders nothing: its process leaves MuJoCo without a GL backend, so
+    GLFW (whose import starts a Python subprocess) is never imported; importing the package
+    alone does not import MuJoCo, and load_robot is still there."""
+    env = {k: v for k, v in source_environment().items() if k != "MUJOCO_GL"}
+    code = ("import os, sys, sysid_core; print('mujoco' in sys.modules); import sysid_core.cli; "
+            "print(os.environ['MUJOCO_GL'], 'glfw' in sys.modules, sysid_core.load_robot.__module__)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert run.stdout.split() == ["False", "disable", "False", "sysid_core.dynamics.model"], run.stderr
 
 
 # --- bad input through the console script (issue 12) ----------------------------------------------
