@@ -198,14 +198,15 @@ class Robot:
         return {"coulomb": self.frictionloss, "viscous": self.damping, "armature": self.armature,
                 "offset": np.zeros(self.n_joints), "stiffness": self.stiffness}
 
-    def regressor(self, q, dq, ddq) -> np.ndarray:
+    def regressor(self, q, dq, ddq, out=None) -> np.ndarray:
         """Inertial joint-torque regressor Y, shape (N, n, 10 nb).
 
         q, dq, ddq: (N, n) or (n,) in rad, rad/s, rad/s^2 (m for slides). ``Y @ theta``
         with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
-        torques in N m (N for slides), gravity included.
+        torques in N m (N for slides), gravity included. ``out``: an earlier result for N
+        samples, overwritten and returned (saves paging in fresh memory on every call).
         """
-        return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
+        return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq, out)
 
     def inverse_inertia_diagonal(self, parameters=None, armature=None) -> np.ndarray:
         """diag(M(qpos0)^-1) (n,): MuJoCo's dof_invweight0 for these inertial ``parameters``
