@@ -86,6 +86,19 @@ def test_cli_process_imports_no_gl_backend():
     assert run.stdout.split() == ["False", "disable", "False", "sysid_core.dynamics.model"], run.stderr
 
 
+def test_a_filtered_identification_imports_no_scipy(tmp_path):
+    """Importing SciPy's linalg costs about 0.2 s and its signal module about a second (SciPy
+    1.17): sysid-identify on simulated data (filtered, consistent estimate, verdict, model
+    written) runs on NumPy alone; only an excitation design or a nonlinear friction fit loads it."""
+    code = ("import sys; from sysid_core.cli import main; "
+            f"status = main([{NOMINAL!r}, '--duration', '6', '--source', 'sim', '--no-plots', "
+            f"'--output-dir', {str(tmp_path)!r}]); "
+            "print(status, sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'sympy'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=source_environment(), timeout=300)
+    assert run.stdout.split("\n")[-2:] == ["0 []", ""], run.stdout[-2000:] + run.stderr[-2000:]
+
+
 # --- bad input through the console script (issue 12) ----------------------------------------------
 
 SCRIPT = console_script("sysid-identify")
