@@ -70,11 +70,6 @@ class FilterConfig:
             raise ValueError(f"trim_s must be >= 0 s, got {self.trim_s}")
 
 
-def _butterworth(sample_rate: float, cutoff_hz: float, order: int) -> np.ndarray:
-    """The low-pass's second-order sections (see ``butterworth.lowpass_sections``)."""
-    return lowpass_sections(order, cutoff_hz, sample_rate)
-
-
 def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarray:
     """Zero-phase Butterworth low-pass of ``x`` along axis 0 (samples).
 
@@ -83,7 +78,7 @@ def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarr
     filtered torque and filtered states stay aligned in time. ValueError if cutoff_hz is not
     below Nyquist; DataError if N is too short for the filter's edge padding.
     """
-    sos = _butterworth(sample_rate, cutoff_hz, order)
+    sos = lowpass_sections(order, cutoff_hz, sample_rate)
     x = np.asarray(x, dtype=float)
     # Padding length SciPy's sosfiltfilt would pick by default, fixed here so the requirement can be stated.
     padlen = 3 * (2 * sos.shape[0] + 1)
@@ -194,7 +189,7 @@ def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:
     around it for the result to equal filtering the whole signal at once: the filter's slowest
     pole ``p`` decays to 1e-17 of its start in log(1e-17) / log|p| samples; twice that covers the
     cascade of prepare's two filters, the derivative between them and a polynomial envelope."""
-    sos = _butterworth(sample_rate, cutoff_hz, order)
+    sos = lowpass_sections(order, cutoff_hz, sample_rate)
     radius = max(float(np.max(np.abs(np.roots(section[3:])))) for section in sos)
     return int(np.ceil(2.0 * np.log(1e-17) / np.log(radius))) + 8
 
@@ -325,7 +320,7 @@ def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -
     time, q, dq, tau, ddq = _grid_rows(stretch, a, b)
     pick = slice(first - a, stop - a, rows.step) if isinstance(rows, range) else rows - a
     if ddq is None:
-        sos = _butterworth(stretch.rate, config.cutoff_hz, config.order)
+        sos = lowpass_sections(config.order, config.cutoff_hz, stretch.rate)
         padlen = _padlen(config)
         before, after = (padlen if a == 0 else 0), (padlen if b == stretch.size else 0)
         smooth = (lambda x: zero_phase(np.asarray(x, dtype=float), sos, before, after))
