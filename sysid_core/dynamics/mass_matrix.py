@@ -17,45 +17,40 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kinematics import joint_chains, joint_steps, skew
 from .tree import HINGE, KinematicTree
-
-
-def _skew(x: np.ndarray) -> np.ndarray:
-    """[x]_x (3, 3) of x (3,): [x]_x y = x cross y."""
-    return np.array([[0.0, -x[2], x[1]], [x[2], 0.0, -x[0]], [-x[1], x[0], 0.0]])
 
 
 def _frames(tree: KinematicTree, q: np.ndarray) -> tuple:
     """Per joint, in the world and after the joint's step, the frame's rotation (3, 3, N) and
-    origin (3, N); per body the same of its frame (the frame after its last joint). q (N, n)."""
+    origin (3, N); per body the same of its frame (the frame after its last joint). q (N, n).
+    Each step is its JointStep's coefficients on [1, sin, cos] of the hinge's angle ([1, q, 0]
+    of a slide's), the regressor's own geometry."""
     num = q.shape[0]
+    steps = joint_steps(tree)
     joint_rotation, joint_origin = [None] * tree.n_joints, [None] * tree.n_joints
     body_rotation, body_origin = [None] * tree.n_bodies, [None] * tree.n_bodies
     for b in range(tree.n_bodies):
         p = tree.parent[b]
         rotation = np.broadcast_to(np.eye(3)[:, :, None], (3, 3, num)) if p < 0 else body_rotation[p]
         origin = np.zeros((3, num)) if p < 0 else body_origin[p]
-        for order, j in enumerate(tree.body_joints[b]):
-            r_fix = tree.fixed_rotation[b] if order == 0 else np.eye(3)
-            t_fix = tree.fixed_translation[b] if order == 0 else np.zeros(3)
-            axis, anchor = tree.joint_axis[j], tree.joint_pos[j]
+        for j in tree.body_joints[b]:
             angle = q[:, j] - tree.joint_ref[j]
-            if tree.joint_type[j] == HINGE:
-                # the step R = R_fix (E + sin K + (1 - cos) K^2) about the anchor d, from the
-                # origin t = t_fix + R_fix d - R d: constants times sin and 1 - cos
-                k = _skew(axis)
-                sin, versine = np.sin(angle), 1.0 - np.cos(angle)
-                step = r_fix[:, :, None] + sin * (r_fix @ k)[:, :, None] + versine * (r_fix @ k @ k)[:, :, None]
-                shift = t_fix[:, None] - sin * (r_fix @ k @ anchor)[:, None] - versine * (r_fix @ k @ k @ anchor)[:, None]
-            else:
-                step = np.broadcast_to(r_fix[:, :, None], (3, 3, num))
-                shift = t_fix[:, None] + angle * (r_fix @ axis)[:, None]
+            basis = np.stack([np.ones(num), np.sin(angle), np.cos(angle)] if tree.joint_type[j] == HINGE
+                             else [np.ones(num), angle, np.zeros(num)])
+            step = (_dense(steps[j].rotation) @ basis).reshape(3, 3, num)
+            shift = _dense(steps[j].origin) @ basis
             # samples last: every product is a few element-wise operations on (.., N) rows
             origin = origin + np.einsum("ijn,jn->in", rotation, shift)
             rotation = np.einsum("ijn,jkn->ikn", rotation, step)
             joint_rotation[j], joint_origin[j] = rotation, origin
         body_rotation[b], body_origin[b] = rotation, origin
     return joint_rotation, joint_origin, body_rotation, body_origin
+
+
+def _dense(entries: tuple) -> np.ndarray:
+    """(k, 3): a JointStep's sparse entries, None (an exact zero) as zeros."""
+    return np.array([(0.0, 0.0, 0.0) if entry is None else entry for entry in entries])
 
 
 def mass_matrix(tree: KinematicTree, parameters: np.ndarray, armature: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -69,10 +64,7 @@ def mass_matrix(tree: KinematicTree, parameters: np.ndarray, armature: np.ndarra
     axis = [np.einsum("ijn,j->in", joint_rotation[j], tree.joint_axis[j]) for j in range(n)]
     anchor = [joint_origin[j] + np.einsum("ijn,j->in", joint_rotation[j], tree.joint_pos[j]) for j in range(n)]
     mass = np.zeros((n, n, num))
-    chain = {-1: ()}
-    for b in range(tree.n_bodies):
-        joints = chain[int(tree.parent[b])] + tuple(int(j) for j in tree.body_joints[b])
-        chain[b] = joints
+    for b, joints in enumerate(joint_chains(tree)):
         theta = parameters[b]
         if not np.any(theta):
             continue
@@ -87,7 +79,7 @@ def mass_matrix(tree: KinematicTree, parameters: np.ndarray, armature: np.ndarra
                 linear[:, c] = axis[j]
         jacobian = np.concatenate([np.einsum("min,mcn->icn", body_rotation[b], angular),
                                    np.einsum("min,mcn->icn", body_rotation[b], linear)])
-        h = _skew(theta[1:4])
+        h = skew(theta[1:4])
         spatial = np.block([[np.array([[theta[4], theta[5], theta[6]], [theta[5], theta[7], theta[8]],
                                        [theta[6], theta[8], theta[9]]]), h],
                             [-h, theta[0] * np.eye(3)]])

@@ -26,11 +26,6 @@ _WORKSPACES = threading.local()
 
 
 @lru_cache(maxsize=32)
-def _cached_steps(tree: KinematicTree):
-    return joint_steps(tree)
-
-
-@lru_cache(maxsize=32)
 def _zero_blocks(tree: KinematicTree) -> tuple:
     """(joint, columns) of Y that are zero by structure, runs of the bodies the joint does not
     move merged: the blocks ``joint_torque_regressor`` never writes."""
@@ -147,7 +142,7 @@ def _regressor_plan(tree: KinematicTree, size: int, work: Workspace) -> tuple:
     joints above the last one (_projection) and of the last one (_constant_plan) read;
     ``above`` indexes the output's rows, and ``rows`` (k - 1, 10, size) stages them when they
     are not a slice (trees)."""
-    steps = _cached_steps(tree)
+    steps = joint_steps(tree)
     forward = forward_plan(tree, steps, size, work)
     bodies = []
     for body, chain in zip(forward.bodies, joint_chains(tree)):
