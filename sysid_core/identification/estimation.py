@@ -49,9 +49,9 @@ class Estimate:
 
 
 def _r_factor(matrix: np.ndarray) -> np.ndarray:
-    """The R factor (min(m, k), k) of a Householder QR of ``matrix`` (m, k), Fortran-ordered
-    (LAPACK's layout: NumPy's copy of it is a straight one). NumPy's, not SciPy's: importing
-    scipy.linalg costs about 0.2 s, a tenth of a whole ``sysid-identify`` run."""
+    """The R factor (min(m, k), k) of a Householder QR of ``matrix`` (m, k); a tall block comes
+    in Fortran order, LAPACK's, so NumPy's copy of it is a straight one. NumPy's, not SciPy's:
+    importing scipy.linalg costs about 0.2 s, a tenth of a whole ``sysid-identify`` run."""
     return np.linalg.qr(matrix, mode="r")
 
 
@@ -104,7 +104,7 @@ class ReducedForm:
             rows = regressor[:, j, :].T
             grown = np.union1d(support, np.flatnonzero(np.any(rows != 0.0, axis=1)))
             # old triangle (its columns placed in the grown support) on top of the new rows,
-            # in Fortran order for LAPACK to factorise in place; filled through its transpose
+            # in Fortran order, LAPACK's (NumPy's QR copies it straight); filled through its transpose
             done = triangle.shape[0]
             stack = np.empty((done + num, grown.size + 1), order="F")
             columns = stack.T
@@ -148,7 +148,7 @@ def triangle(stacked: np.ndarray) -> np.ndarray:
     """The R factor (r + 1, r + 1) of stacked rows [W | y] (m, r + 1): W = Q R[:r, :r], Q^T y =
     R[:r, r], and R[r, r]^2 the residual sum of squares of the least-squares fit (zero-padded
     when m < r + 1)."""
-    r_mat = _r_factor(np.array(stacked, dtype=float, order="F"))
+    r_mat = _r_factor(np.asarray(stacked, dtype=float))
     out = np.zeros((stacked.shape[1], stacked.shape[1]))
     out[:r_mat.shape[0]] = r_mat
     return out

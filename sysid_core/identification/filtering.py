@@ -323,7 +323,7 @@ def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -
         sos = lowpass_sections(config.order, config.cutoff_hz, stretch.rate)
         padlen = _padlen(config)
         before, after = (padlen if a == 0 else 0), (padlen if b == stretch.size else 0)
-        smooth = (lambda x: zero_phase(np.asarray(x, dtype=float), sos, before, after))
+        smooth = (lambda x: zero_phase(x, sos, before, after))
         q, tau = smooth(q), smooth(tau)
         dq = derivative(q, stretch.rate) if config.velocity_from_position else smooth(dq)
         ddq = _forward_difference(dq, stretch.rate) if config.forward_acceleration else \
