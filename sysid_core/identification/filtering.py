@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import DataError
 from .butterworth import lowpass_sections, zero_phase
+from .intervals import intervals_longer, largest_deviation, longest_interval, lost_periods, median_interval
 from .recording import Recording
 
 # Fewer samples than this cannot support an identification of a 7-DOF arm.
@@ -116,12 +117,11 @@ def _spacing_error(time: np.ndarray):
     """(median period s, None) when ``time`` (N,) is uniform within UNIFORM_TOLERANCE, else (period, reason)."""
     if time.shape[0] < 2:
         raise DataError(f"need at least 2 samples to find a sample rate, got {time.shape[0]}")
-    dt = np.diff(time)
-    period = float(np.median(dt))
-    worst = int(np.argmax(np.abs(dt - period)))
-    if abs(dt[worst] - period) < UNIFORM_TOLERANCE * period:
+    period = median_interval(time)
+    worst, interval = largest_deviation(time, period)
+    if abs(interval - period) < UNIFORM_TOLERANCE * period:
         return period, None
-    return period, (f"sample spacing is not uniform: interval {dt[worst]:.6g} s at t={time[worst]:.6g} s "
+    return period, (f"sample spacing is not uniform: interval {interval:.6g} s at t={time[worst]:.6g} s "
                     f"vs median {period:.6g} s (tolerance {UNIFORM_TOLERANCE:.0%})")
 
 
@@ -143,9 +143,7 @@ def missing_samples(time) -> int:
     time = np.asarray(time, dtype=float)
     if time.shape[0] < 3:
         return 0
-    dt = np.diff(time)
-    periods = np.rint(dt / np.median(dt))
-    return int(np.sum(periods[periods >= 2] - 1))
+    return lost_periods(time, median_interval(time))
 
 
 def _measured(grid: np.ndarray, time: np.ndarray, period: float) -> np.ndarray:
@@ -168,10 +166,9 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
     """
     time = np.asarray(recording.time, dtype=float)
     period, _ = _spacing_error(time)
-    dt = np.diff(time)
-    worst = int(np.argmax(dt))
-    if dt[worst] > max_gap_periods * period:
-        raise DataError(f"samples are missing: a gap of {dt[worst]:.6g} s ({dt[worst] / period:.1f} sample "
+    worst, gap = longest_interval(time)
+    if gap > max_gap_periods * period:
+        raise DataError(f"samples are missing: a gap of {gap:.6g} s ({gap / period:.1f} sample "
                         f"periods of {period:.6g} s) at t={time[worst]:.6g} s; resampling bridges at most "
                         f"{max_gap_periods:g} periods, not lost data: record again")
     grid = time[0] + period * np.arange(int(np.floor((time[-1] - time[0]) / period + 1e-9)) + 1)
@@ -197,18 +194,24 @@ def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:
 @dataclass(frozen=True, eq=False)
 class _Stretch:
     """A stretch between gaps of lost samples, on its uniform grid: ``raw`` the recorded rows (a
-    view of the recording), ``grid`` (M,) s the grid's time stamps (None: the recorded stamps
-    are uniform and the rows are the grid), ``rate`` Hz the grid's sample rate, ``measured``
-    (M,) bool the grid points with a recorded sample near them (None: all of them)."""
+    view of the recording), ``spacing`` s the grid's period (None: the recorded stamps are
+    uniform and the rows are the grid; else the grid is raw.time[0] + spacing * k for k <
+    ``points``, made a block at a time by ``grid``), ``rate`` Hz the grid's sample rate,
+    ``measured`` (M,) bool the grid points with a recorded sample near them (None: all of them)."""
 
     raw: Recording
-    grid: np.ndarray | None
+    spacing: float | None
     rate: float
+    points: int = 0
     measured: np.ndarray | None = None
 
     @property
     def size(self) -> int:
-        return self.raw.n_samples if self.grid is None else self.grid.shape[0]
+        return self.raw.n_samples if self.spacing is None else self.points
+
+    def grid(self, start: int, stop: int) -> np.ndarray:
+        """(stop - start,) s: the time stamps of grid points [start, stop)."""
+        return self.raw.time[0] + self.spacing * np.arange(start, stop)
 
 
 def _stretches(recording: Recording, config: FilterConfig) -> list:
@@ -216,8 +219,8 @@ def _stretches(recording: Recording, config: FilterConfig) -> list:
     time = np.asarray(recording.time, dtype=float)
     if not config.resample:
         return [_Stretch(recording, None, uniform_sample_rate(time))]
-    period, _ = _spacing_error(time)
-    breaks = np.flatnonzero(np.diff(time) > MAX_GAP_PERIODS * period) + 1
+    period, reason = _spacing_error(time)
+    breaks = intervals_longer(time, MAX_GAP_PERIODS * period) + 1
     edges = np.concatenate(([0], breaks, [time.size]))
     out = []
     for a, b in zip(edges[:-1], edges[1:]):
@@ -226,12 +229,15 @@ def _stretches(recording: Recording, config: FilterConfig) -> list:
         raw = recording if b - a == time.size else recording.rows(slice(a, b))
         # every interval left is at most MAX_GAP_PERIODS of the whole recording's period; a
         # stretch's own median may be a little shorter, so its gap check must not apply again
-        own, reason = _spacing_error(raw.time)
-        if reason is None:
-            out.append(_Stretch(raw, None, uniform_sample_rate(raw.time)))
+        own, own_reason = (period, reason) if raw is recording else _spacing_error(raw.time)
+        if own_reason is None:
+            out.append(_Stretch(raw, None, 1.0 / own))
         else:
-            grid = raw.time[0] + own * np.arange(int(np.floor((raw.time[-1] - raw.time[0]) / own + 1e-9)) + 1)
-            out.append(_Stretch(raw, grid, uniform_sample_rate(grid), _measured(grid, raw.time, own)))
+            points = int(np.floor((raw.time[-1] - raw.time[0]) / own + 1e-9)) + 1
+            stretch = _Stretch(raw, own, 1.0 / own, points)
+            measured = np.concatenate([_measured(stretch.grid(k, min(k + FILTER_BLOCK, points)), raw.time, own)
+                                       for k in range(0, points, FILTER_BLOCK)])
+            out.append(_Stretch(raw, own, 1.0 / own, points, measured))
     return out
 
 
@@ -241,9 +247,9 @@ def _grid_rows(stretch: _Stretch, start: int, stop: int) -> tuple:
     recorded samples around them (what ``resample_uniform`` gives at those points)."""
     raw = stretch.raw
     signals = (raw.q, raw.dq, raw.tau, raw.ddq)
-    if stretch.grid is None:
+    if stretch.spacing is None:
         return (raw.time[start:stop],) + tuple(None if x is None else np.asarray(x)[start:stop] for x in signals)
-    grid = stretch.grid[start:stop]
+    grid = stretch.grid(start, stop)
     time = np.asarray(raw.time, dtype=float)
     lo = max(int(np.searchsorted(time, grid[0], side="right")) - 1, 0)
     hi = min(int(np.searchsorted(time, grid[-1], side="left")) + 1, time.size)

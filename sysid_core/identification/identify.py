@@ -276,9 +276,13 @@ def _inertial_columns(robot: Robot, config: IdentificationConfig, q, dq, ddq):
     """The rigid bodies' part of ``_columns``: the identified bodies' columns (N, n, 10 b) and
     the torque (N, n) of the bodies known from the model (all but the terminal one in the
     terminal scope)."""
-    inertial = robot.regressor(q, dq, ddq)
+    return _inertial_split(robot, config, robot.regressor(q, dq, ddq))
+
+
+def _inertial_split(robot: Robot, config: IdentificationConfig, inertial: np.ndarray):
+    """``_inertial_columns`` from the regressor (N, n, 10 nb) of the samples."""
     if config.scope == "full":
-        return inertial, np.zeros(np.shape(q))
+        return inertial, np.zeros(inertial.shape[:2])
     t = robot.terminal_index
     known_theta = robot.nominal_parameters.copy()
     known_theta[t] = 0.0
@@ -548,7 +552,8 @@ class _Stream:
 
     def inertial(self, select=None):
         """(block number, samples, inertial columns (B, n, 10 k), torque of the known bodies (B, n),
-        the prepared block's VelocityWindow, the samples' first row in that block)."""
+        the prepared block's VelocityWindow, the samples' first row in that block). The columns
+        are written over by the next block unless the stream caches them: use them before that."""
         if self._cached:
             first = {}  # the first BLOCK of each selected prepared block, as samples() reads them
             for item in self._cache:
@@ -556,9 +561,12 @@ class _Stream:
                     yield item
             return
         keep = self._cache is not None and select is None
-        items = []
+        items, spent = [], {}  # the last regressor result of each block length, written over unless kept
         for number, samples, window, start in self.samples(select):
-            inertial, known = _inertial_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq)
+            regressor = self.robot.regressor(samples.q, samples.dq, samples.ddq, out=spent.pop(samples.n_samples, None))
+            if not keep:
+                spent[samples.n_samples] = regressor
+            inertial, known = _inertial_split(self.robot, self.config, regressor)
             item = (number, samples, inertial, known, window, start)
             if keep:
                 items.append(item)
