@@ -33,6 +33,8 @@ anything W depends on by the chain rule (``design`` does it for the Fourier coef
     smooth where the condition number itself is not (where sigma_1 or sigma_r is multiple). With
     G = U diag(lambda) U', dV/dG = U diag((s+ - s-) / (2 lambda)) U' =: M (s+-, the soft max and
     min weights: softmax(+-p l)), so dV/dWs = 2 Ws M, and through the column norms as above.
+    G squares the condition number: the bound is accurate up to condition numbers of about 1e6,
+    far beyond any cap worth asking (design caps at tens).
 ``weighted``
     Liu et al. (Actuators 2023): log of (w_a + w_v + w_g) cond(W) + w_a cond(W_a) + w_v cond(W_v)
     + w_g cond(W_g), rows divided by each joint's noise standard deviation, W_a, W_v, W_g the
