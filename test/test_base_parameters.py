@@ -1,12 +1,15 @@
 """Base parameters on arms whose base set is known in closed form."""
+import mujoco
 import numpy as np
 import pytest
 
+from arm_corpus import arm
 from conftest import MODELS, ROBOTS
 from sysid_core import IdentificationError, load_robot
+from sysid_core.dynamics.friction import JointModel
 from sysid_core.dynamics.inertia import PARAMETER_NAMES
 from sysid_core.identification.base_parameters import base_parameters
-from sysid_core.identification.identify import IdentificationConfig, structural_base_parameters
+from sysid_core.identification.identify import IdentificationConfig, base_regressor, structural_base_parameters
 
 L1 = 0.5  # distance joint1 -> joint2 along link1's x axis in the planar models
 
@@ -92,9 +95,6 @@ def test_a_rounded_right_angle_does_not_split_a_group():
     kinematics), which keeps link2.Izz and joint2.armature apart by a residual of 3e-6 of their
     columns. They are one base parameter, and the base regressor is well conditioned; a residual
     of a few percent is a parameter of its own."""
-    import mujoco
-    from arm_corpus import arm
-    from sysid_core.dynamics.friction import JointModel
     robot = load_robot(arm("piper").path)
     data = mujoco.MjData(robot.model)
     mujoco.mj_kinematics(robot.model, data)
@@ -105,7 +105,6 @@ def test_a_rounded_right_angle_does_not_split_a_group():
     gen = np.random.default_rng(0)
     q = gen.uniform(robot.joint_range[:, 0], robot.joint_range[:, 1], (400, robot.n_joints))
     dq, ddq = gen.uniform(-2, 2, q.shape), gen.uniform(-5, 5, q.shape)
-    from sysid_core.identification.identify import base_regressor
     cols, _ = base_regressor(robot, config, q, dq, ddq, base=base)
     cols = cols.reshape(-1, base.rank)
     s = np.linalg.svd(cols / np.linalg.norm(cols, axis=0), compute_uv=False)
