@@ -14,9 +14,10 @@ Printed per arm: the payload's mass error (%) and centre-of-mass error (mm) for 
 (the identified terminal body minus the model's own link, params.json's ``payload.added``,
 against the welded payload), each run's verdict and exit status, the full scope's number of
 inertial and armature base parameters against Pinocchio's regressor rank (with an armature
-column per joint), its Coulomb and viscous ones against the two per joint (MuJoCo's soft
-frictionloss: a level that never saturates in the arm's speed range is a combination of the
-others), whether its updated_model.xml compiles in MuJoCo, and the wall
+column per joint; one fewer where the file's rounded right angle leaves a dependency broken below
+base_parameters.RANK_TOLERANCE, test_real_arm_models.ROUNDED_RIGHT_ANGLES), its Coulomb and
+viscous ones against the two per joint (MuJoCo's soft frictionloss: a level that never saturates
+in the arm's speed range is a combination of the others), whether its updated_model.xml compiles in MuJoCo, and the wall
 time of each run (in process: imports excluded). Targets (issue 10): ideal 0.5 % / 1 mm, sim
 3 % / 5 mm. Asserts nothing.
 
@@ -44,7 +45,7 @@ import pinocchio as pin  # noqa: E402
 
 from arm_corpus import ARMS, with_payload  # noqa: E402
 from sysid_core.cli import main as sysid_identify  # noqa: E402
-from test_real_arm_models import _pinocchio_rank  # noqa: E402
+from test_real_arm_models import ROUNDED_RIGHT_ANGLES, _pinocchio_rank  # noqa: E402
 
 TARGETS = {"ideal": (0.5, 1.0), "sim": (3.0, 5.0)}  # mass %, CoM mm
 
@@ -114,7 +115,8 @@ def main(names) -> None:
                 compiles = _compiles(out / 'updated_model.xml')
                 cells.append(f"{f'{rigid}/{rank}':>9s} {f'{joint}/{2 * robot_model.nv}':>8s} {verdict:>9s} "
                              f"{compiles:>8s}")
-                if rigid != rank or status != 0 or compiles != "yes":
+                # less the dependencies a rounded right angle in the file breaks below our rank tolerance
+                if rigid != rank - ROUNDED_RIGHT_ANGLES.get(arm.name, 0) or status != 0 or compiles != "yes":
                     misses.append(f"{arm.name} full")
                 continue
             mass, com = _payload_errors(document, payload.parameters)
@@ -124,7 +126,8 @@ def main(names) -> None:
                 misses.append(f"{arm.name} {case}")
         print(f"{arm.name:14s} {' '.join(cells)} {'/'.join(f'{w:.1f}' for w in walls):>22s}", flush=True)
     print("\nverdict/exit status per run; targets: ideal 0.5 % and 1 mm, sim 3 % and 5 mm, full: as many inertial "
-          "and armature base parameters as Pinocchio's rank (full/pin) and a model MuJoCo compiles; fric/2n the "
+          "and armature base parameters as Pinocchio's rank (full/pin; one fewer on piper and doosan_m1013, whose "
+          "files round a right angle) and a model MuJoCo compiles; fric/2n the "
           "Coulomb and viscous ones against two per joint (fewer where a frictionloss never saturates)")
     print("off target: " + (", ".join(misses) if misses else "none"))
 

@@ -389,6 +389,16 @@ def _multisine(args: argparse.Namespace, robot, duration: float, seed: int):
     return plan
 
 
+def _cap_text(design) -> str:
+    """', cap C (a share of the multisines' R)' for a design held under a condition cap, else ''."""
+    if design.condition_cap is None:
+        return ""
+    source = ("" if design.reference_condition is None else
+              f": {design.condition_cap / design.reference_condition:.0%} of the multisines' "
+              f"{design.reference_condition:.1f}")
+    return f"; cap {design.condition_cap:.1f}{source}"
+
+
 def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
     """The identification excitation: replayed from --trajectory, optimized, or a multisine,
     each checked for size (``check_size``) before it is made. Saved to --save-trajectory when given."""
@@ -431,7 +441,7 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
               f"{design.initial_criterion_value:.3f}; {design.restarts} local searches on {workers} "
               f"process{'es' if workers > 1 else ''}, {design.iterations} iterations, {design.elapsed_s:.1f} s); "
               f"condition number {design.condition_number_scaled:.1f} with unit-norm columns "
-              f"({design.condition_number:.1f} raw); limits met: {design.limits_met}{clearance}")
+              f"({design.condition_number:.1f} raw{_cap_text(design)}); limits met: {design.limits_met}{clearance}")
         plan = design.trajectory
     else:
         print(f"Generating multisine excitation ({args.duration:g} s at {args.sample_rate:g} Hz, seed {args.seed})")

@@ -233,7 +233,9 @@ class TrajectoryPublisher(Node):
             self.get_logger().info(
                 f'optimized excitation: {design.criterion} criterion {design.criterion_value:.3f} (best start '
                 f'{design.initial_criterion_value:.3f}), condition number {design.condition_number_scaled:.1f} '
-                f'with unit-norm columns, {design.restarts} local searches in {design.elapsed_s:.1f} s, '
+                f'with unit-norm columns'
+                + ('' if design.condition_cap is None else f' (cap {design.condition_cap:.1f})')
+                + f', {design.restarts} local searches in {design.elapsed_s:.1f} s, '
                 f'limits met: {design.limits_met}')
             if not design.limits_met:
                 raise ValueError('the optimized excitation does not meet the joint limits')

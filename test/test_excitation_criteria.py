@@ -13,7 +13,8 @@ from conftest import MODELS
 from sysid_core.dynamics.friction import JointModel
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.clearance import Clearance
-from sysid_core.excitation.criteria import log_condition_scaled, log_det_information, weighted_condition
+from sysid_core.excitation.criteria import (log_condition_bound, log_condition_scaled, log_det_information,
+                                           weighted_condition)
 from sysid_core.excitation.design import _Problem
 from sysid_core.identification.identify import IdentificationConfig
 
@@ -72,6 +73,19 @@ def test_condition_criterion_is_the_scaled_condition_number(case):
     assert log_condition_scaled(matrix)[0] == pytest.approx(np.log(s[0] / s[-1]), rel=1e-12)
 
 
+@pytest.mark.parametrize("sharpness", [5.0, 30.0, 200.0])
+def test_condition_bound_lies_between_the_log_condition_number_and_log_r_over_p_above_it(case, sharpness):
+    matrix, _, _ = case
+    s = np.linalg.svd(matrix / np.linalg.norm(matrix, axis=0), compute_uv=False)
+    exact = np.log(s[0] / s[-1])
+    bound, _ = log_condition_bound(matrix, sharpness)
+    assert exact <= bound <= exact + np.log(COLUMNS) / sharpness
+    # a column rescaled (other units) changes nothing: the bound is of the unit-norm columns
+    units = np.ones(COLUMNS)
+    units[2] = 1000.0
+    assert log_condition_bound(matrix * units, sharpness)[0] == pytest.approx(bound, rel=1e-9)
+
+
 def _criteria(case):
     matrix, row_weight, scale = case
     gen = np.random.default_rng(9)
@@ -80,12 +94,13 @@ def _criteria(case):
         "d_optimal": ([matrix], lambda m: log_det_information(m[0], row_weight, scale)),
         "payload": ([matrix], lambda m: log_det_information(m[0], row_weight, scale, np.array([1, 2, 6]))),
         "condition": ([matrix], lambda m: log_condition_scaled(m[0])),
+        "condition_bound": ([matrix], lambda m: log_condition_bound(m[0], 30.0)),
         "weighted": ([sum(parts)] + parts,
                      lambda m: weighted_condition(m, np.array([1.0, 0.5, 2.0]), (COLUMNS,) * 3, row_weight)),
     }
 
 
-@pytest.mark.parametrize("name", ["d_optimal", "payload", "condition", "weighted"])
+@pytest.mark.parametrize("name", ["d_optimal", "payload", "condition", "condition_bound", "weighted"])
 def test_criterion_gradients_equal_central_differences(case, name):
     matrices, criterion = _criteria(case)[name]
     value, grads = criterion(matrices)
@@ -106,25 +121,27 @@ def test_a_base_parameter_not_excited_makes_the_criteria_infinite(case):
     flat[:, 3] = 0.0
     assert log_det_information(flat, row_weight, scale)[0] == np.inf
     assert log_condition_scaled(flat)[0] == np.inf
+    assert log_condition_bound(flat, 30.0)[0] == np.inf
 
 
 # --- the design problem's gradients with respect to the Fourier coefficients ---------------------
 
-@pytest.mark.parametrize("scope, criterion", [("terminal", "payload"), ("full", "d_optimal"), ("full", "condition"),
-                                              ("full", "weighted")])
-def test_design_gradients_equal_central_differences(scope, criterion):
+@pytest.mark.parametrize("scope, criterion, cap", [("terminal", "payload", None), ("full", "d_optimal", None),
+                                                   ("full", "condition", None), ("full", "weighted", None),
+                                                   ("full", "d_optimal", 3.0)])
+def test_design_gradients_equal_central_differences(scope, criterion, cap):
     """The chain criterion -> regressor -> states -> coefficients (regressor derivatives by forward
     differences per joint and state) against central differences of the whole evaluation, for
-    the criterion and every constraint (limits' usage, torques, clearance)."""
+    the criterion and every constraint (limits' usage, torques, clearance, the condition cap)."""
     robot = load_robot(MODELS / "planar_2r_vertical.xml")
     config = IdentificationConfig(scope=scope, joint_model=JointModel(("coulomb", "viscous")))
     start = np.array([0.3, -0.4])
     problem = _Problem(robot, config, criterion, np.array([1.0, 0.5, 2.0]), np.array([0.05, 0.02]), 4, 0.5, start,
                        robot.joint_range[:, 0] + 0.05, robot.joint_range[:, 1] - 0.05, np.full(2, 3.0),
-                       np.full(2, 20.0), np.array([30.0, 10.0]), None)
+                       np.full(2, 20.0), np.array([30.0, 10.0]), None, cap)
     x = problem.start(np.random.default_rng(2))
     grad, jac = problem.jac(x), problem.constraints_jac(x)
-    assert jac.shape == (4, x.size)
+    assert jac.shape == (4 + (cap is not None), x.size)
     gen = np.random.default_rng(3)
     for _ in range(3):
         d = gen.standard_normal(x.size)

@@ -14,8 +14,10 @@ from conftest import MODELS, ROBOTS
 from sysid_core.cli import main
 from sysid_core.errors import DataError
 from sysid_core.excitation.multisine import multisine
-from sysid_core.excitation.design import (TORQUE_SHARE, ExcitationDesign, actuator_torque_limits, default_criterion,
-                                          optimize_excitation, regressor_condition, rest_to_rest_series)
+from sysid_core.excitation.design import (CAP_MULTISINE_SEEDS, CAP_REFERENCE_RATE, CONDITION_CAP_FRACTION,
+                                          TORQUE_SHARE, ExcitationDesign, actuator_torque_limits, default_criterion,
+                                          optimize_excitation, regressor_condition, rest_to_rest_series,
+                                          slow_to_torque_limits)
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.trajectory import Trajectory, load_trajectory, resample, save_trajectory
 from sysid_core.identification.identify import IdentificationConfig, base_regressor
@@ -225,6 +227,38 @@ def test_a_local_search_gone_astray_is_not_returned(planar, monkeypatch):
     assert design.criterion_value <= design.initial_criterion_value
 
 
+def test_condition_cap_is_held_and_never_costs_the_best_start(planar):
+    """D-optimality alone leaves this arm's condition number (unit-norm columns, by a direct SVD)
+    at 6.5; under a cap of 3 the design returned meets it, scores no worse than its best start
+    (criterion plus the penalty over the cap), and pays for it in D-optimality. The default
+    derives the cap from the CLI's multisines."""
+    kwargs = dict(config=FULL, criterion="d_optimal", base_frequency=1 / 3, n_harmonics=5, seed=3,
+                  max_velocity=2.5, max_acceleration=12.0, torque_limits=[25.0, 8.0], time_limit_s=30.0,
+                  max_restarts=2, max_iterations=40)
+    free = optimize_excitation(planar, 6.0, 500.0, condition_cap=None, **kwargs)
+    capped = optimize_excitation(planar, 6.0, 500.0, condition_cap=3.0, **kwargs)
+
+    def condition(design):
+        cols, _ = base_regressor(planar, FULL, design.trajectory.q[::2], design.trajectory.dq[::2],
+                                 design.trajectory.ddq[::2])
+        cols = cols.reshape(-1, cols.shape[-1])
+        s = np.linalg.svd(cols / np.linalg.norm(cols, axis=0), compute_uv=False)
+        return s[0] / s[-1]
+    assert free.condition_cap is None and condition(free) > 5.0
+    assert capped.condition_cap == 3.0 and capped.limits_met
+    assert condition(capped) <= 3.0
+    assert capped.criterion_value <= capped.initial_criterion_value
+    assert capped.criterion_value > free.criterion_value  # within the cap: D-optimality alone, and less of it
+    auto = optimize_excitation(planar, 6.0, 500.0, **dict(kwargs, max_restarts=1, max_iterations=1))
+    multisines = [regressor_condition(planar, slow_to_torque_limits(
+        lambda v, s=s: multisine(planar.joint_range, 6.0, CAP_REFERENCE_RATE, seed=s, max_velocity=v), planar, 2.5,
+        torque_limits=[25.0, 8.0], usage=TORQUE_SHARE)[0], FULL)[1] for s in range(CAP_MULTISINE_SEEDS)]
+    assert auto.reference_condition == pytest.approx(np.median(multisines), rel=1e-9)
+    assert auto.condition_cap == pytest.approx(CONDITION_CAP_FRACTION * np.median(multisines), rel=1e-12)
+    with pytest.raises(ValueError, match="condition_cap"):
+        optimize_excitation(planar, 6.0, 500.0, condition_cap=0.5, **kwargs)
+
+
 def test_two_processes_find_what_one_finds(planar):
     """Starts are seeded by their index: a search ended by max_restarts gives the same design on one
     process or two (the second local search of each round runs in a spawned helper)."""
@@ -368,6 +402,7 @@ def test_cli_optimized_excitation_saved_and_replayed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert "Optimizing a Fourier excitation" in out and "limits met: True" in out
+    assert "of the multisines'" in out  # the full scope's d_optimal design is held under a cap
     plan, names = load_trajectory(saved)
     assert names == ("joint1", "joint2") and plan.time[-1] == pytest.approx(5.0)
     np.testing.assert_array_equal(plan.dq[[0, -1]], 0.0)

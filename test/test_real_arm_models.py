@@ -226,11 +226,19 @@ def _pinocchio_q(pin_model, q):
     return np.array(parts)
 
 
+# Base parameters Pinocchio's rank counts and ours does not: a right angle written rounded in the
+# published file (Piper's quaternion 0.499998/0.500002: 4e-6 rad; Doosan's: 2e-4 rad) breaks the
+# dependency of link2.Izz on joint2.armature by a residual below base_parameters.RANK_TOLERANCE
+# (3.1e-6, 2.9e-4 of the column): mathematically independent, unidentifiable from any recording.
+ROUNDED_RIGHT_ANGLES = {"piper": 1, "doosan_m1013": 1}
+
+
 @pytest.mark.parametrize("arm", ARMS, ids=IDS)
 def test_full_scope_base_parameter_count_matches_pinocchio(arm):
     """structural_base_parameters (full scope, armature, no friction terms) finds as many base
     parameters as the rank of Pinocchio's regressor built from the same MJCF, and from the URDF where
-    that is the same arm to round-off; the cut between kept and dropped singular values is clear by
+    that is the same arm to round-off, less the dependencies a rounded right angle breaks
+    (ROUNDED_RIGHT_ANGLES); the cut between kept and dropped singular values is clear by
     two orders of magnitude or more (ur5e's smallest dropped one, 2.5e-11, comes from UR's
     1.570796327 rad for pi/2: a dependency broken by 2e-10 rad is structural)."""
     robot = load_robot(arm.path)
@@ -242,7 +250,7 @@ def test_full_scope_base_parameter_count_matches_pinocchio(arm):
         assert pin_model.nv == robot.n_joints
         rank, kept, dropped = _pinocchio_rank(pin_model, robot.model)
         assert kept > 1e-8 and dropped < 1e-10, (kept, dropped)
-        assert ours.rank == rank
+        assert ours.rank == rank - ROUNDED_RIGHT_ANGLES.get(arm.name, 0)
 
 
 def test_gen3_urdfs_rounded_rotations_add_three_nearly_unidentifiable_base_parameters():
