@@ -845,16 +845,15 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     before any is scored); max_restarts: number of local searches (default: as many as
     fit in time); max_iterations: SLSQP iterations per local search. workers: 1, or 2 to run
     every other local search in a helper process (``multistart.search_workers`` says when that
-    pays); the
+    pays); the helper is started by multiprocessing's spawn, which imports the calling script's
+    main module: call from under ``if __name__ == "__main__":``, as multiprocessing asks.
     condition_cap: the largest condition number of the base regressor with unit-norm columns
     (what the identification reports) the design may have, held as a constraint on a smooth
     bound of it (``criteria.log_condition_bound``) and, where no search meets it, a penalty
     in the value that ranks the designs: a number > 1, ``"multisine"`` (CONDITION_CAP_FRACTION
     times the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the same duration, rate,
     speed cap and torque limits, ``multisine_condition``), None (no cap), or ``"auto"``:
-    ``"multisine"`` for the criteria of CAPPED_CRITERIA (``d_optimal``), None for the others. The
-    helper is started by multiprocessing's spawn, which imports the calling script's main
-    module: call from under ``if __name__ == "__main__":``, as multiprocessing asks.
+    ``"multisine"`` for the criteria of CAPPED_CRITERIA (``d_optimal``), None for the others.
     Returns an ExcitationDesign. Raises ValueError for bad arguments, including a start pose
     whose gravity torque already exceeds the torque limits or whose geoms are nearer than
     ``min_clearance``.
