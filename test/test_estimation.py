@@ -91,3 +91,21 @@ def test_robust_weighting_with_ridge_is_refused(problem):
     w, beta = problem
     with pytest.raises(ValueError, match="not available with the ridge"):
         estimate(w, w @ beta, "ridge", robust=True)
+
+
+def test_zero_rows_are_equations_left_out_not_counted():
+    # an equation left out (identify zeroes the rows a quantised velocity cannot tell) must not
+    # shrink the residual's standard deviation: the fit equals that of the rows kept
+    from sysid_core.identification.estimation import ReducedForm, estimate_reduced
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(400, 2, 3))
+    y = w @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=(400, 2))
+    kept = np.ones((400, 2), dtype=bool)
+    kept[::3, 0] = False
+    zeroed = ReducedForm.of([(w * kept[..., None], np.where(kept, y, 0.0))], 2, 3)
+    np.testing.assert_array_equal(zeroed.counts, [kept[:, 0].sum(), 400])
+    alone = [ReducedForm.of([(w[kept[:, j]][:, [j]], y[kept[:, j]][:, [j]])], 1, 3) for j in range(2)]
+    got = estimate_reduced(zeroed, "ols")
+    for j in range(2):
+        rss = alone[j].residual_sums(got.values)[0]
+        np.testing.assert_allclose(got.residual_std[j], np.sqrt(rss / (alone[j].n_samples - 1.5)), rtol=1e-9)
