@@ -446,7 +446,7 @@ def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream",
     join = (lambda field: np.concatenate([getattr(s, field) for s, _, _ in picked]))
     q, dq, ddq, tau = join("q"), join("dq"), join("ddq"), join("tau")
     # the equations the quantised velocity cannot tell stay out of the search too (_Stream.columns)
-    kept = np.concatenate([_resolved_rows(window, rows, samples.n_samples) for samples, window, rows in picked])
+    kept = np.concatenate([_resolved_rows(window, rows) for _, window, rows in picked])
     columns, known = _columns(robot, config, q, dq, ddq)
     width = sum(len(m.linear_names) for m in models)  # the friction block comes last
 
@@ -463,12 +463,12 @@ def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream",
                                   columns=friction_columns)
 
 
-def _resolved_rows(window: VelocityWindow, rows, count: int) -> np.ndarray:
+def _resolved_rows(window: VelocityWindow, rows) -> np.ndarray:
     """(len(rows), n) 1.0 for the equations kept, 0.0 for those VelocityWindow.resolved leaves out;
-    ``rows`` index a block of ``count`` prepared rows."""
+    ``rows`` index the window's prepared block."""
     resolved = window.resolved()
     if resolved is None:
-        return np.ones((count,) + np.shape(window.dq)[1:])[rows]
+        return np.ones((len(rows),) + np.shape(window.dq)[1:])
     return resolved[rows].astype(float)
 
 
