@@ -362,8 +362,9 @@ class VelocityWindow:
     velocity (friction) reaches the regression as filter(f(dq)), which is not f(filter(dq)):
     a Stribeck peak or a sharp Coulomb step is smeared over the filter's impulse response.
     ``filtered(f)`` evaluates f on the velocity of the whole window the block was filtered over
-    (``dq`` (W, n) rad/s: the measured velocity (``fused_velocity`` where it is quantised), low-passed by the same filter, which leaves a
-    motion inside its pass band as it is and cuts the sensor's noise out of f's argument) and
+    (``dq`` (W, n) rad/s: the measured velocity, ``fused_velocity`` where it is quantised,
+    low-passed by the same filter, which leaves a motion inside its pass band as it is and cuts
+    the sensor's noise out of f's argument) and
     passes the values through the torque's own zero-phase filter (``sos``, odd padding
     ``pad_before``/``pad_after`` at the true ends of a stretch) before ``pick`` selects the
     block's rows (None: all of them). Without a filter (``sos`` None: exact accelerations,
