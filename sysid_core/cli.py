@@ -21,12 +21,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+# The command line renders nothing. Without a GL backend MuJoCo's import skips GLFW, which
+# starts a Python subprocess to read the library's version (about 0.07 s of every run). Set
+# before MuJoCo is first imported (below); a MUJOCO_GL of the user's own is kept.
+os.environ.setdefault("MUJOCO_GL", "disable")
+
+import numpy as np  # noqa: E402 (after the GL backend)
 
 from .damiao.protocol import motor_limits
 from .dynamics.friction import JointModel

@@ -357,15 +357,30 @@ class ComputedTorque:
         self.kp, self.kd = omega ** 2, 2 * damping_ratio * omega
         self._data = mujoco.MjData(self.model)
         self._out = np.zeros(self.model.nv)
+        # views of the scratch state made once (every MjData attribute read builds a new array)
+        # and a buffer for the feedback: ``torque`` runs at every sample of a simulation
+        self._qpos, self._qvel, self._qacc = self._data.qpos, self._data.qvel, self._data.qacc
+        self._qfrc_inverse = self._data.qfrc_inverse
+        self._error = np.empty(self.model.nv)
 
     def torque(self, q, dq, q_des, dq_des, ddq_des) -> np.ndarray:
         """Joint torques (n,) N m for the state q (rad), dq (rad/s) and the plan's sample (n,) each."""
-        data = self._data
-        data.qpos[:] = q
-        data.qvel[:] = dq
-        data.qacc[:] = ddq_des + self.kp * (q_des - q) + self.kd * (dq_des - dq)
-        mujoco.mj_inverse(self.model, data)
-        return data.qfrc_inverse.copy()
+        return self._torque(q, dq, q_des, dq_des, ddq_des).copy()
+
+    def _torque(self, q, dq, q_des, dq_des, ddq_des) -> np.ndarray:
+        """``torque`` in the controller's scratch (n,) N m, overwritten by the next call."""
+        qacc, error = self._qacc, self._error
+        self._qpos[:] = q
+        self._qvel[:] = dq
+        # ddq_des + kp (q_des - q) + kd (dq_des - dq), in this order (the same rounding), in place
+        np.subtract(q_des, q, out=error)
+        np.multiply(self.kp, error, out=error)
+        np.add(ddq_des, error, out=qacc)
+        np.subtract(dq_des, dq, out=error)
+        np.multiply(self.kd, error, out=error)
+        np.add(qacc, error, out=qacc)
+        mujoco.mj_inverse(self.model, self._data)
+        return self._qfrc_inverse
 
     def feedback_torque(self, q, dq, q_des, dq_des, tau_ff) -> np.ndarray:
         """tau_ff + M(q) (kp (q_des - q) + kd (dq_des - dq)), (n,) N m: feedback in acceleration,
@@ -425,7 +440,11 @@ def diverged(data: mujoco.MjData) -> bool:
     MuJoCo resets a diverged state to qpos0 rather than propagating NaN, so the warning
     counters are the evidence.
     """
-    counts = data.warning.number  # one array read: this runs once per control period
+    return _counted_divergence(data.warning.number)  # one array read: this runs once per control period
+
+
+def _counted_divergence(counts: np.ndarray) -> bool:
+    """Whether MuJoCo's warning counters ``data.warning.number`` (a view, may be kept) hold a divergence."""
     return bool(counts[_DIVERGENCE_INDEX[0]] or counts[_DIVERGENCE_INDEX[1]] or counts[_DIVERGENCE_INDEX[2]])
 
 
@@ -647,7 +666,8 @@ def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=N
 def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
          noise: MeasurementNoise, seed, names: tuple, progress, joint_friction) -> SimulatedRun:
     """Simulate the plant of ``model`` under ``law(i, q, dq) -> tau`` (N m) at every sample i,
-    then check and measure what it recorded."""
+    then check and measure what it recorded. q, dq are the plant's live state and tau is
+    copied before the plant steps: the law must not keep q, dq, and may return a scratch array."""
     num = len(trajectory.time)
     n = model.nv
     time = np.asarray(trajectory.time, dtype=float)
@@ -658,7 +678,10 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
     data = mujoco.MjData(plant)
     data.qpos[:] = trajectory.q[0]
     data.qvel[:] = trajectory.dq[0]
-    qpos, qvel = data.qpos, data.qvel
+    # views made once: every MjData attribute read builds a new array, and this loop runs
+    # N times at ~20 us of MuJoCo per sample
+    qpos, qvel, applied, counts = data.qpos, data.qvel, data.qfrc_applied, data.warning.number
+    mj_step = mujoco.mj_step
     q_true, dq_true, tau_cmd = (np.empty((num, n)) for _ in range(3))
     report_every = max(1, int(np.ceil(_PROGRESS_STEP * (num - 1))))
 
@@ -666,17 +689,25 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
         for i in range(num):
             q_true[i] = qpos
             dq_true[i] = qvel
-            tau = law(i, q_true[i], dq_true[i])
-            tau_cmd[i] = tau
+            tau = tau_cmd[i]
+            tau[:] = law(i, qpos, qvel)
             if i == num - 1:
                 break
-            try:
-                if joint_friction is None:
-                    step(plant, data, tau, steps)
-                else:
-                    for _ in range(steps):  # friction follows the velocity within the sample
-                        step(plant, data, tau - joint_friction(np.array(qvel)), 1)
-            except DataError:
+            # as ``step``: the torque held through the substeps, divergence caught at the sample
+            # it happens (MuJoCo resets a diverged state to qpos0 and carries on)
+            if joint_friction is None:
+                applied[:] = tau
+                for _ in range(steps):
+                    mj_step(plant, data)
+                failed = _counted_divergence(counts)
+            else:
+                for _ in range(steps):  # friction follows the velocity within the sample
+                    applied[:] = tau - joint_friction(np.array(qvel))
+                    mj_step(plant, data)
+                    failed = _counted_divergence(counts)
+                    if failed:
+                        break
+            if failed:
                 dof = _diverging_dof(data)
                 joint = names[dof] if 0 <= dof < n else None
                 where = f" at joint '{joint}'" if joint else ""
@@ -684,7 +715,7 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
                     f"simulation diverged{where} between t={time[i]:.4f} s and t={time[i + 1]:.4f} s "
                     f"(MuJoCo: {' '.join(messages) or 'bad state'}; peak |tau| {np.abs(tau).max():.3g} N m): the "
                     "controller's gains are too high for the timestep, or the feed-forward is wrong",
-                    joint, float(time[i]), float(np.abs(tau).max())) from None
+                    joint, float(time[i]), float(np.abs(tau).max()))
             if progress is not None and (i + 1) % report_every == 0 and i + 1 < num - 1:
                 progress((i + 1) / (num - 1))
     if not (np.all(np.isfinite(q_true)) and np.all(np.isfinite(dq_true)) and np.all(np.isfinite(tau_cmd))):
@@ -740,8 +771,8 @@ def simulate(model: mujoco.MjModel, trajectory: Trajectory, nominal: mujoco.MjMo
     controller = ComputedTorque(nominal, _sample_rate(trajectory.time), bandwidth_hz)
     q_des, dq_des, ddq_des = (np.asarray(a, dtype=float) for a in (trajectory.q, trajectory.dq, trajectory.ddq))
 
-    def law(i, q, dq):
-        return controller.torque(q, dq, q_des[i], dq_des[i], ddq_des[i])
+    def law(i, q, dq):  # the torque in the controller's scratch: _run copies it at once
+        return controller._torque(q, dq, q_des[i], dq_des[i], ddq_des[i])
     return _run(model, trajectory, law, noise, seed, names, progress, joint_friction)
 
 

@@ -49,8 +49,6 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-import scipy.signal  # noqa: F401 -- JointState has no acceleration: every identification filters, and
-# SciPy's signal module (about a second of CPU to import) is paid at start-up, not in the first answer
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType

@@ -2,6 +2,7 @@
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import mujoco
@@ -72,6 +73,30 @@ def test_cli_bad_input_exit_code_and_message(args, pattern, capsys, tmp_path):
     assert status == 2
     assert err.startswith("error:") and "Traceback" not in err
     assert pattern.lower() in err.lower()
+
+
+def test_cli_process_imports_no_gl_backend():
+    """The command line renders nothing: its process leaves MuJoCo without a GL backend, so
+    GLFW (whose import starts a Python subprocess) is never imported; importing the package
+    alone does not import MuJoCo, and load_robot is still there."""
+    env = {k: v for k, v in source_environment().items() if k != "MUJOCO_GL"}
+    code = ("import os, sys, sysid_core; print('mujoco' in sys.modules); import sysid_core.cli; "
+            "print(os.environ['MUJOCO_GL'], 'glfw' in sys.modules, sysid_core.load_robot.__module__)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert run.stdout.split() == ["False", "disable", "False", "sysid_core.dynamics.model"], run.stderr
+
+
+def test_a_filtered_identification_imports_no_scipy(tmp_path):
+    """Importing SciPy's linalg costs about 0.2 s and its signal module about a second (SciPy
+    1.17): sysid-identify on simulated data (filtered, consistent estimate, verdict, model
+    written) runs on NumPy alone; only an excitation design or a nonlinear friction fit loads it."""
+    code = ("import sys; from sysid_core.cli import main; "
+            f"status = main([{NOMINAL!r}, '--duration', '6', '--source', 'sim', '--no-plots', "
+            f"'--output-dir', {str(tmp_path)!r}]); "
+            "print(status, sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'sympy'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=source_environment(), timeout=300)
+    assert run.stdout.split("\n")[-2:] == ["0 []", ""], run.stdout[-2000:] + run.stderr[-2000:]
 
 
 # --- bad input through the console script (issue 12) ----------------------------------------------

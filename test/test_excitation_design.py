@@ -14,7 +14,6 @@ from conftest import MODELS, ROBOTS
 from sysid_core.cli import main
 from sysid_core.errors import DataError
 from sysid_core.excitation.multisine import multisine
-from sysid_core.excitation import design as design_module
 from sysid_core.excitation.design import (TORQUE_SHARE, ExcitationDesign, actuator_torque_limits, default_criterion,
                                           optimize_excitation, regressor_condition, rest_to_rest_series)
 from sysid_core.dynamics.model import load_robot
@@ -211,14 +210,15 @@ def test_search_never_returns_worse_than_its_best_start():
 def test_a_local_search_gone_astray_is_not_returned(planar, monkeypatch):
     """Local searches that end far worse than they began (a feasible point 20 times smaller) or beyond
     the limits (50 times larger) must not cost the result: it is never worse than the best start."""
-    real = design_module.scipy.optimize.minimize
+    import scipy.optimize  # what design looks minimize up in, at each local search
+    real = scipy.optimize.minimize
 
     def astray(fun, x0, jac=None, constraints=(), **kwargs):
         for x in (0.05 * x0, 50.0 * x0):
             fun(x), jac(x), constraints[0]["fun"](x)
         return real(fun, 0.05 * x0, jac=jac, constraints=constraints, method="SLSQP", options={"maxiter": 1})
 
-    monkeypatch.setattr(design_module.scipy.optimize, "minimize", astray)
+    monkeypatch.setattr(scipy.optimize, "minimize", astray)
     design = optimize_excitation(planar, 4.0, 200.0, config=FULL, criterion="d_optimal", base_frequency=0.5,
                                  n_harmonics=4, seed=1, torque_limits=[25.0, 8.0], time_limit_s=30.0, max_restarts=2)
     assert design.limits_met and np.isfinite(design.initial_criterion_value)

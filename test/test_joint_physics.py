@@ -4,6 +4,8 @@ Oracles: ``mj_inverse`` (springs, and frictionloss as the soft constraint it is,
 its steep zone) and ``mj_step`` (damping applied at the end-of-step velocity by the implicit
 integrators), on published arm models of the corpus.
 """
+from pathlib import Path
+
 import mujoco
 import numpy as np
 import pytest
@@ -50,9 +52,10 @@ def test_inverse_dynamics_with_mujoco_physics_is_mj_inverse(name):
 
 
 def test_mass_matrix_is_mujocos():
-    """Robot.mass_matrix against mj_fullM at random states of two arms."""
-    for name in ("z1", "iiwa14"):
-        robot = load_robot(BY_NAME[name].path)
+    """Robot.mass_matrix against mj_fullM at random states of two arms and of a tree with a
+    slide, two hinges in one body, a joint ref off zero and a welded body."""
+    for path in (BY_NAME["z1"].path, BY_NAME["iiwa14"].path, Path(__file__).parent / "models" / "tree_arm.xml"):
+        robot = load_robot(path)
         q, _, _ = _states(robot.model, 5, seed=2)
         data = mujoco.MjData(robot.model)
         for qk, ours in zip(q, robot.mass_matrix(q)):
@@ -61,6 +64,27 @@ def test_mass_matrix_is_mujocos():
             full = np.zeros((robot.model.nv, robot.model.nv))
             mujoco.mj_fullM(robot.model, data, full)
             np.testing.assert_allclose(ours, full, rtol=1e-9, atol=1e-12 * np.abs(full).max())
+
+
+def test_mass_matrix_of_any_parameters_is_the_regressors():
+    """For parameters and armature no real arm has (what an identification passes through),
+    M(q) is still the joint torque of a unit acceleration at rest less gravity's, from the
+    regressor (itself checked against mj_inverse)."""
+    rng = np.random.default_rng(5)
+    for path in (BY_NAME["iiwa14"].path, Path(__file__).parent / "models" / "tree_arm.xml"):
+        robot = load_robot(path)
+        q, _, _ = _states(robot.model, 6, seed=3)
+        parameters = robot.nominal_parameters + rng.normal(0.0, 1.0, robot.nominal_parameters.shape)
+        armature = rng.uniform(-1.0, 1.0, robot.n_joints)
+        rest = np.zeros_like(q)
+        theta = parameters.reshape(-1)
+        gravity = robot.regressor(q, rest, rest) @ theta
+        expected = np.stack([robot.regressor(q, rest, np.broadcast_to(e, q.shape)) @ theta - gravity
+                             for e in np.eye(robot.n_joints)], axis=2) + np.diag(armature)
+        ours = robot.mass_matrix(q, parameters, armature)
+        np.testing.assert_allclose(ours, 0.5 * (expected + np.swapaxes(expected, 1, 2)), rtol=0,
+                                   atol=1e-12 * np.abs(expected).max())
+        np.testing.assert_array_equal(ours, np.swapaxes(ours, 1, 2))
 
 
 def test_inverse_inertia_gradient_is_the_derivative_of_mujocos_invweight0():

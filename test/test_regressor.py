@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import BUNDLED, MODELS
+from conftest import BUNDLED, MODELS, ROBOTS
 from sysid_core import load_robot
 from sysid_core.dynamics.friction import JointModel, joint_regressor
 
@@ -157,6 +157,15 @@ def test_regressor_memory_does_not_grow_with_the_samples():
     assert sizes[-1] == sizes[-2]
 
 
+def test_workspace_arrays_start_on_cache_lines():
+    """Copies between workspace rows stay off the slow 4k-aliasing distances (see _aligned_empty)."""
+    from sysid_core.dynamics.kinematics import Workspace
+    work = Workspace()
+    arrays = [work.empty(f"a{k}", (3, 2, 64 + 8 * k)) for k in range(6)] + [work.empty("b", (5, 64), 9)]
+    for a in arrays:
+        assert a.ctypes.data % 64 == 0 and a.flags.c_contiguous and a.dtype == np.float64
+
+
 def test_regressor_threads_keep_their_own_temporaries():
     from concurrent.futures import ThreadPoolExecutor
     robots = [load_robot(MODELS / "tree_arm.xml"), load_robot(BUNDLED[0])]
@@ -221,3 +230,44 @@ def test_regressor_follows_gravity_between_calls():
         expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
         expected -= robot.damping * dq + robot.armature * ddq
         np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+# panda_class: a block of columns no component of a subspace reaches (link 2's masses for joint 1)
+@pytest.mark.parametrize("path", [BUNDLED[0], ROBOTS / "panda_class.xml", MODELS / "tree_arm.xml"],
+                         ids=lambda p: p.stem)
+def test_regressor_into_an_earlier_result_leaves_none_of_its_values(path):
+    """``out``: an earlier result scribbled over with NaN is overwritten and returned; the new Y
+    matches mj_inverse, is zero where a joint does not move a body, and equals bit for bit a
+    result computed into fresh memory."""
+    robot = load_robot(path)
+    model = robot.model
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+    data = mujoco.MjData(model)
+    rng = np.random.default_rng(11)
+    q, dq, ddq = _states(robot, rng, 50)
+    earlier = robot.regressor(*_states(robot, rng, 50))
+    earlier[...] = np.nan
+    y = robot.regressor(q, dq, ddq, out=earlier)
+    assert y.base is earlier.base
+    fresh = robot.regressor(q, dq, ddq)
+    assert not np.shares_memory(fresh, y)
+    np.testing.assert_array_equal(y, fresh)
+    support = np.repeat(robot.tree.support, 10, axis=1)  # (n, 10 nb): joint moves the column's body
+    assert np.all(y[:, ~support] == 0.0)
+    tau = y @ robot.nominal_parameters.reshape(-1)
+    expected = np.array([_inverse(model, data, *s) for s in zip(q, dq, ddq)])
+    expected -= robot.damping * dq + robot.armature * ddq
+    np.testing.assert_allclose(tau, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+def test_regressor_refuses_an_out_that_is_not_an_earlier_result():
+    robot = load_robot(BUNDLED[0])
+    q, dq, ddq = _states(robot, np.random.default_rng(12), 30)
+    shape = (30, robot.n_joints, 10 * robot.n_bodies)
+    earlier = robot.regressor(q, dq, ddq)
+    for wrong in (np.zeros(shape), earlier[:20], np.zeros(shape, dtype=np.float32), earlier.tolist()):
+        with pytest.raises(ValueError, match="earlier result"):
+            robot.regressor(q, dq, ddq, out=wrong)
+    earlier.flags.writeable = False
+    with pytest.raises(ValueError, match="earlier result"):
+        robot.regressor(q, dq, ddq, out=earlier)

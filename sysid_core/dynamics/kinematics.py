@@ -32,7 +32,8 @@ import numpy as np
 from .tree import HINGE, KinematicTree
 
 
-def _skew(x: np.ndarray) -> np.ndarray:
+def skew(x: np.ndarray) -> np.ndarray:
+    """[x]_x (3, 3) of x (3,): [x]_x y = x cross y."""
     return np.array([[0.0, -x[2], x[1]], [x[2], 0.0, -x[0]], [-x[1], x[0], 0.0]])
 
 
@@ -56,8 +57,23 @@ class Workspace:
         full = tuple(shape) if most is None else (most, *shape[1:])
         key = (name, full)
         if key not in self._arrays:
-            self._arrays[key] = np.empty(full)
+            self._arrays[key] = _aligned_empty(full)
         return self._arrays[key] if most is None else self._arrays[key][:shape[0]]
+
+
+def _aligned_empty(shape: tuple) -> np.ndarray:
+    """np.empty(shape) (float64) starting on a 64-byte cache line.
+
+    Why: memcpy (np.copyto between arrays) is an order of magnitude slower on some x86 CPUs
+    when the destination lies 8 to 24 bytes past the source modulo 4096 (4k aliasing). Large
+    arrays from the C allocator all start 16 bytes past a page boundary, and workspace rows
+    are a multiple of 4096 bytes long, so copies between two arrays met that case often.
+    Aligned arrays whose rows are whole cache lines keep every such distance a multiple of 64.
+    """
+    size = int(np.prod(shape))
+    buffer = np.empty(size + 8)
+    skip = (-buffer.ctypes.data % 64) // 8
+    return buffer[skip:skip + size].reshape(shape)
 
 
 def _sparse(coefficients: np.ndarray) -> tuple:
@@ -172,8 +188,9 @@ def _carried(rotation: np.ndarray, origin: np.ndarray, motion: np.ndarray) -> tu
     return tuple(tuple((k, float(c)) for k, c in enumerate(row) if c != 0.0) for row in coef)
 
 
+@lru_cache(maxsize=32)
 def joint_steps(tree: KinematicTree) -> tuple:
-    """The JointStep of every joint of ``tree``, in dof order."""
+    """The JointStep of every joint of ``tree``, in dof order (per tree, once)."""
     steps = [None] * tree.n_joints
     last_joint = {}  # body -> its last joint, the one before its children's first
     for b in range(tree.n_bodies):
@@ -184,7 +201,7 @@ def joint_steps(tree: KinematicTree) -> tuple:
             axis, anchor = tree.joint_axis[j], tree.joint_pos[j]
             rotation, origin, motion = np.zeros((3, 3, 3)), np.zeros((3, 3)), np.zeros(6)
             if tree.joint_type[j] == HINGE:
-                k = _skew(axis)
+                k = skew(axis)
                 # R = R_fix (E + sin K + (1 - cos) K^2); origin t = t_fix + R_fix d - R d.
                 # E + K^2 = a a^T: an axis-aligned joint keeps its exact zeros.
                 rotation = np.stack([r_fix @ (np.eye(3) + k @ k), r_fix @ k, -r_fix @ k @ k], axis=-1)
@@ -196,7 +213,7 @@ def joint_steps(tree: KinematicTree) -> tuple:
                 origin[:, 0] = t_fix
                 origin[:, 1] = r_fix @ axis
                 motion[3:] = axis
-            s_w, s_v = _skew(motion[:3]), _skew(motion[3:])
+            s_w, s_v = skew(motion[:3]), skew(motion[3:])
             # (w, v) x (s_w, s_v) = (w x s_w, w x s_v + v x s_w) = -[[s_w]x, 0], [[s_v]x, [s_w]x]] (w, v)
             cross = -np.block([[s_w, np.zeros((3, 3))], [s_v, s_w]])
             steps[j] = JointStep(

@@ -21,6 +21,7 @@ from ..errors import ModelError
 from . import friction, urdf
 from .inertia import from_com_inertia, transform_parameters
 from .joint_physics import FrictionLossConstraint, MujocoPhysics
+from .mass_matrix import mass_matrix
 from .regressor import joint_torque_regressor
 from .tree import HINGE, SLIDE, KinematicTree
 
@@ -197,14 +198,15 @@ class Robot:
         return {"coulomb": self.frictionloss, "viscous": self.damping, "armature": self.armature,
                 "offset": np.zeros(self.n_joints), "stiffness": self.stiffness}
 
-    def regressor(self, q, dq, ddq) -> np.ndarray:
+    def regressor(self, q, dq, ddq, out=None) -> np.ndarray:
         """Inertial joint-torque regressor Y, shape (N, n, 10 nb).
 
         q, dq, ddq: (N, n) or (n,) in rad, rad/s, rad/s^2 (m for slides). ``Y @ theta``
         with theta the stacked (nb*10,) standard parameters gives the rigid-body joint
-        torques in N m (N for slides), gravity included.
+        torques in N m (N for slides), gravity included. ``out``: an earlier result for N
+        samples, overwritten and returned (saves paging in fresh memory on every call).
         """
-        return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq)
+        return joint_torque_regressor(self.tree, self.gravity, q, dq, ddq, out)
 
     def inverse_inertia_diagonal(self, parameters=None, armature=None) -> np.ndarray:
         """diag(M(qpos0)^-1) (n,): MuJoCo's dof_invweight0 for these inertial ``parameters``
@@ -222,16 +224,9 @@ class Robot:
     def mass_matrix(self, q, parameters=None, armature=None) -> np.ndarray:
         """M(q) (N, n, n) kg m^2 at q (N, n) of these inertial ``parameters`` (nb, 10) and
         ``armature`` (n,) (defaults the model's): column j is the torque of a unit acceleration
-        of joint j at rest, less gravity's."""
-        theta = (self.nominal_parameters if parameters is None else np.asarray(parameters)).reshape(-1)
-        armature = self.armature if armature is None else np.asarray(armature, dtype=float)
-        q = np.atleast_2d(np.asarray(q, dtype=float))
-        rest = np.zeros_like(q)
-        gravity = self.regressor(q, rest, rest) @ theta
-        columns = [self.regressor(q, rest, np.broadcast_to(e, q.shape)) @ theta - gravity
-                   for e in np.eye(self.n_joints)]
-        mass = np.stack(columns, axis=2) + np.diag(armature)
-        return 0.5 * (mass + np.swapaxes(mass, 1, 2))
+        of joint j at rest, less gravity's (``mass_matrix.mass_matrix``: sum_b J_b^T I_b J_b)."""
+        return mass_matrix(self.tree, self.nominal_parameters if parameters is None else parameters,
+                           self.armature if armature is None else armature, np.atleast_2d(np.asarray(q, dtype=float)))
 
     def inverse_inertia_gradient(self, parameters=None, armature=None) -> tuple:
         """The derivatives of inverse_inertia_diagonal: (d w / d theta (n, 10 nb) in the

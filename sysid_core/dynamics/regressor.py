@@ -26,8 +26,33 @@ _WORKSPACES = threading.local()
 
 
 @lru_cache(maxsize=32)
-def _cached_steps(tree: KinematicTree):
-    return joint_steps(tree)
+def _zero_blocks(tree: KinematicTree) -> tuple:
+    """(joint, columns) of Y that are zero by structure, runs of the bodies the joint does not
+    move merged: the blocks ``joint_torque_regressor`` never writes."""
+    blocks = []
+    for j in range(tree.n_joints):
+        free = np.flatnonzero(~tree.support[j])
+        for bodies in np.split(free, np.flatnonzero(np.diff(free) > 1) + 1) if free.size else ():
+            blocks.append((j, slice(10 * int(bodies[0]), 10 * int(bodies[-1]) + 10)))
+    return tuple(blocks)
+
+
+def _result(tree: KinematicTree, shape: tuple, out) -> np.ndarray:
+    """The (n, 10 nb, N) buffer the result is written into, its structurally zero blocks
+    (_zero_blocks) zero; the caller writes all the others. ``out``: an earlier result of this
+    tree for N samples (the (N, n, 10 nb) view it was returned as) to write over, those blocks
+    cleared again (whatever was written in them since); None: fresh zeros."""
+    if out is None:
+        return np.zeros(shape)
+    buffer = np.moveaxis(out, 0, -1) if isinstance(out, np.ndarray) else None
+    if buffer is None or buffer.shape != shape or buffer.dtype != np.float64 or not buffer.flags.c_contiguous \
+            or not buffer.flags.writeable:
+        raise ValueError(f"out must be an earlier result of this regressor for {shape[-1]} samples: an "
+                         f"({shape[-1]}, {shape[0]}, {shape[1]}) float64 view of a joint-major buffer, got "
+                         f"{getattr(out, 'shape', type(out).__name__)}")
+    for j, columns in _zero_blocks(tree):
+        buffer[j, columns] = 0.0
+    return buffer
 
 
 def _as_index(joints: tuple):
@@ -43,27 +68,28 @@ def _projection(subspaces: np.ndarray, reach: slice, mass, first_moment, inertia
 
     A's structure: mass acts on the force rows 3-5, inertia on the moment rows 0-2. Per block
     of columns, (index into a row, subspace components (k, r, B), A's rows (r, ..., B)); a
-    block that no reached component acts on is left out: its columns are zero.
+    block that no reached component acts on has None for both: its columns are zero.
     """
     lo, hi = reach.start, reach.stop
     parts = []
-    if max(lo, 3) < hi:
-        parts.append((0, subspaces[:, max(lo, 3):hi], mass[max(lo, 3) - 3:hi - 3]))
-    if lo < hi:
-        parts.append((slice(1, 4), subspaces[:, lo:hi], first_moment[lo:hi]))
-    if lo < min(hi, 3):
-        parts.append((slice(4, 10), subspaces[:, lo:min(hi, 3)], inertia[lo:min(hi, 3)]))
+    # per block: its columns, the first and last + 1 of A's rows it reads, its array, A's row of array[0]
+    for index, first, last, rows, row0 in ((0, max(lo, 3), hi, mass, 3), (slice(1, 4), lo, hi, first_moment, 0),
+                                           (slice(4, 10), lo, min(hi, 3), inertia, 0)):
+        parts.append((index, subspaces[:, first:last], rows[first - row0:last - row0]) if first < last
+                     else (index, None, None))
     return tuple(parts)
 
 
 def _project(rows: np.ndarray, parts: tuple) -> None:
     """rows (k, 10, C) = subspaces against A by their _projection (C <= B: the first C samples).
 
-    einsum contracts each block in one C loop straight into ``rows``, with no temporaries;
-    the columns of the blocks left out are not written.
+    einsum contracts each block in one C loop straight into ``rows``, with no temporaries.
     """
     count = rows.shape[-1]
     for index, subspaces, blocks in parts:
+        if subspaces is None:
+            rows[:, index] = 0.0
+            continue
         if count < subspaces.shape[-1]:
             subspaces, blocks = subspaces[..., :count], blocks[..., :count]
         np.einsum("krn,r...n->k...n", subspaces, blocks, out=rows[:, index])
@@ -72,10 +98,9 @@ def _project(rows: np.ndarray, parts: tuple) -> None:
 def _constant_plan(motion: np.ndarray, mass, first_moment, inertia, work: Workspace) -> tuple:
     """How to write row (10, C) = constant motion (6,) against A: a sum over motion's non-zeros only.
 
-    Per part of the row with terms, (index into row, terms, scratch): part = sum(coef * x)
-    over the terms (coef a float, x an array of the block's full size B, cut to the row's C
-    samples), scratch an array of x's shape. ``row`` starts as zeros (a fresh np.zeros
-    buffer): a part with no terms is left alone.
+    Per part of the row, (index into row, terms, scratch): part = sum(coef * x) over the
+    terms (coef a float, x an array of the block's full size B, cut to the row's C samples),
+    scratch an array of x's shape; a part with no terms is zero (terms () and scratch None).
     """
     coef = [float(c) for c in motion]
     plan = []
@@ -83,8 +108,7 @@ def _constant_plan(motion: np.ndarray, mass, first_moment, inertia, work: Worksp
                          (slice(1, 4), [(coef[r], first_moment[r]) for r in range(6)]),
                          (slice(4, 10), [(coef[r], inertia[r]) for r in range(3)])):
         terms = tuple((c, x) for c, x in terms if c != 0.0)
-        if terms:
-            plan.append((index, terms, work.empty("row", terms[0][1].shape)))
+        plan.append((index, terms, work.empty("row", terms[0][1].shape) if terms else None))
     return tuple(plan)
 
 
@@ -92,6 +116,9 @@ def _project_constant(row: np.ndarray, plan: tuple) -> None:
     """row (10, C) = a constant motion against A, by its _constant_plan."""
     count = row.shape[-1]
     for index, terms, scratch in plan:
+        if not terms:
+            row[index] = 0.0
+            continue
         part, scratch = row[index], scratch[..., :count]
         (c, x), rest = terms[0], terms[1:]
         if c == 1.0:  # a copy, not np.positive: that is half as fast
@@ -115,7 +142,7 @@ def _regressor_plan(tree: KinematicTree, size: int, work: Workspace) -> tuple:
     joints above the last one (_projection) and of the last one (_constant_plan) read;
     ``above`` indexes the output's rows, and ``rows`` (k - 1, 10, size) stages them when they
     are not a slice (trees)."""
-    steps = _cached_steps(tree)
+    steps = joint_steps(tree)
     forward = forward_plan(tree, steps, size, work)
     bodies = []
     for body, chain in zip(forward.bodies, joint_chains(tree)):
@@ -170,7 +197,7 @@ def block_schedule(num: int) -> list:
     return starts
 
 
-def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarray:
+def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq, out=None) -> np.ndarray:
     """Y of shape (N, n, 10 nb): one 10-column block per moving body, in model order.
 
     Columns of block b are [m, hx, hy, hz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz] of body b about
@@ -178,15 +205,17 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
     The result is a view of a joint-major buffer (samples last, where the work is
     contiguous); use np.ascontiguousarray(Y) where C order matters. Samples go in blocks
     (see ``block_schedule``); each calling thread keeps its temporaries (tens of MB) and plans for
-    the next call.
+    the next call. ``out``: an earlier result for as many samples to overwrite and return, for
+    callers that evaluate block after block: a fresh result's memory is paged in while it is
+    written, about a quarter of a call (7 joints, 15 000 samples). ValueError if it is not one.
     """
     n = tree.n_joints
     q, dq, ddq = (as_samples(k, v, n) for k, v in (("q", q), ("dq", dq), ("ddq", ddq)))
     if not (q.shape == dq.shape == ddq.shape):
         raise ValueError(f"q, dq, ddq must have equal shapes, got {q.shape}, {dq.shape}, {ddq.shape}")
     num = q.shape[0]
-    # zeros: the blocks of joints that do not move a body are never written (nor paged in)
-    out = np.zeros((n, 10 * tree.n_bodies, num))
+    # the blocks of joints that do not move a body are never written (nor paged in when fresh)
+    out = _result(tree, (n, 10 * tree.n_bodies, num), out)
     for start, size in block_schedule(num):
         forward, bodies = _planned(tree, size)
         block = slice(start, min(start + size, num))
@@ -201,8 +230,6 @@ def joint_torque_regressor(tree: KinematicTree, gravity, q, dq, ddq) -> np.ndarr
             if isinstance(above, slice):
                 _project(out[above, columns, block], projection)
             elif above.size:
-                if len(projection) < 3:  # staged rows are reused: the columns left out must be zero
-                    rows[...] = 0.0
                 _project(rows[..., :count], projection)
                 out[above, columns, block] = rows[..., :count]
     return np.moveaxis(out, -1, 0)

@@ -61,7 +61,6 @@ from dataclasses import dataclass, replace
 
 import mujoco
 import numpy as np
-import scipy.linalg
 
 from ..dynamics.friction import JointModel
 from ..dynamics.model import Robot
@@ -173,6 +172,7 @@ class FourierSeries:
 
 def _null_basis(harmonics: int) -> tuple[np.ndarray, np.ndarray]:
     """Orthonormal bases (H, H - 1) of {a: sum a_l = 0} and {b: sum l b_l = 0}."""
+    import scipy.linalg  # here, as scipy.optimize below: a design needs SciPy, an identification does not
     ones = np.ones((1, harmonics))
     weighted = np.arange(1, harmonics + 1, dtype=float)[None]
     return scipy.linalg.null_space(ones), scipy.linalg.null_space(weighted)
@@ -611,6 +611,7 @@ class _Problem:
             return sum(np.einsum("jg...,gd->...jd", per_state[k], maps[k], optimize=False) for k in range(3))
 
         grad = to_x(along.reshape(3, n, g)).reshape(-1) if np.isfinite(entry["value"]) else np.zeros(self.dim)
+        import scipy.linalg  # on first use, as in _null_basis
         blocks = [-scipy.linalg.block_diag(*entry["du"])]                       # usage: joint-local
         if self.torque_limited:
             d_torque = (torque - entry["torque"][None]) / steps[:, :, None]     # (3n, G, n)
@@ -698,6 +699,7 @@ class _Problem:
             entry = self._gradients(x0)
             size = np.linalg.norm(entry["grad"])
             factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
+            import scipy.optimize  # imported by design() already: a name here, not a load
             result = scipy.optimize.minimize(
                 lambda x: factor * self.fun(x), x0, jac=lambda x: factor * self.jac(x), method="SLSQP",
                 callback=count, options={"maxiter": max_iterations, "ftol": 1e-6 * factor},

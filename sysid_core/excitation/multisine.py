@@ -7,8 +7,6 @@ its own reference accelerations.
 """
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from .trajectory import Trajectory
@@ -21,8 +19,8 @@ UNLIMITED_HALF_RANGE = 1.0
 # (the joint retraces the same path); such draws are rejected.
 _MAX_RATIO_TERM = 4
 _RATIO_TOLERANCE = 0.01
-_SIMPLE_RATIOS = np.array(sorted({float(Fraction(p, q)) for p in range(1, _MAX_RATIO_TERM + 1)
-                                  for q in range(1, _MAX_RATIO_TERM + 1)}))
+# p / q is correctly rounded: equal ratios give one float (fractions.Fraction would import decimal)
+_SIMPLE_RATIOS = np.array(sorted({p / q for p in range(1, _MAX_RATIO_TERM + 1) for q in range(1, _MAX_RATIO_TERM + 1)}))
 _MAX_DRAWS = 1000
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from ..errors import IdentificationError
 
@@ -137,7 +136,8 @@ def base_parameters(regressor: np.ndarray, column_names, tol: float | None = Non
     independent, dependent_nz = cols[:rank], cols[rank:]
     dependent = np.concatenate([dependent_nz, np.flatnonzero(~nonzero)]).astype(int)
     # beta = theta1 + K theta2 in unscaled units: W2 = W1 K  =>  K = S1 R11^-1 R12 S2^-1
-    k_scaled = scipy.linalg.solve_triangular(r_mat[:rank, :rank], r_mat[:rank, rank:])
+    # R11 is triangular: LU finds nothing to eliminate, and the solve is back substitution
+    k_scaled = np.linalg.solve(r_mat[:rank, :rank], r_mat[:rank, rank:])
     k = (k_scaled / scale[independent][:, None]) * scale[dependent_nz][None, :]
     projection = np.zeros((rank, p))
     projection[np.arange(rank), independent] = 1.0

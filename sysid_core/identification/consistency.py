@@ -21,7 +21,6 @@ barrier's gradient and Hessian are closed-form because J is linear in theta.
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from ..dynamics.inertia import from_pseudo_inertia, pseudo_inertia
 from ..errors import IdentificationError
@@ -79,14 +78,14 @@ def _whitening(beta: np.ndarray, covariance: np.ndarray) -> np.ndarray:
     millionth: noise-free data would otherwise give standard deviations of ~1e-15 and Newton
     systems too ill-conditioned to solve accurately."""
     magnitude = np.maximum(np.abs(beta), 1e-6 * float(np.max(np.abs(beta))))
-    return scipy.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2), lower=True)
+    return np.linalg.cholesky(covariance + np.diag((RELATIVE_FLOOR * magnitude) ** 2))
 
 
 def consistency_distance(projection: np.ndarray, beta: np.ndarray, covariance: np.ndarray,
                          theta: np.ndarray) -> float:
     """How far the base parameters of ``theta`` (p,) lie from the estimate ``beta`` (r,), in its
     standard deviations (the Mahalanobis distance in the metric consistent_parameters uses)."""
-    gap = scipy.linalg.solve_triangular(_whitening(beta, covariance), projection @ theta - beta, lower=True)
+    gap = np.linalg.solve(_whitening(beta, covariance), projection @ theta - beta)
     return float(np.linalg.norm(gap))
 
 
@@ -107,7 +106,11 @@ def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray, floor: np.nda
     grad_bodies = -np.einsum("bkii->bk", m)
     hess_bodies = np.einsum("bkij,blji->bkl", m, m)
     grad = np.concatenate([grad_bodies.reshape(-1), np.where(signed, -1.0 / x, 0.0)])
-    hess = scipy.linalg.block_diag(*hess_bodies, np.diag(np.where(signed, 1.0 / x**2, 0.0)))
+    hess = np.zeros((theta.size, theta.size))
+    for b, block in enumerate(hess_bodies):  # block diagonal: a body's and each joint term's own
+        hess[10 * b:10 * b + 10, 10 * b:10 * b + 10] = block
+    joint_diagonal = np.arange(10 * n_bodies, theta.size)
+    hess[joint_diagonal, joint_diagonal] = np.where(signed, 1.0 / x**2, 0.0)
     return value, grad, hess
 
 
@@ -134,8 +137,8 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
     floor = realisable_floor(nominal_bodies) if floor is None else np.asarray(floor, dtype=float)
     scale = prior_scale(nominal_bodies, nominal[n_inertial:])
     whiten = _whitening(beta, covariance)
-    a = np.vstack([scipy.linalg.solve_triangular(whiten, projection, lower=True), np.diag(1.0 / scale)])
-    b = np.concatenate([scipy.linalg.solve_triangular(whiten, beta, lower=True), nominal / scale])
+    a = np.vstack([np.linalg.solve(whiten, projection), np.diag(1.0 / scale)])
+    b = np.concatenate([np.linalg.solve(whiten, beta), nominal / scale])
     gram, rhs = a.T @ a, a.T @ b
 
     def objective(theta):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError
+from .butterworth import lowpass_sections, zero_phase
 from .recording import Recording
 
 # Fewer samples than this cannot support an identification of a 7-DOF arm.
@@ -69,21 +70,6 @@ class FilterConfig:
             raise ValueError(f"trim_s must be >= 0 s, got {self.trim_s}")
 
 
-def _butterworth(sample_rate: float, cutoff_hz: float, order: int) -> np.ndarray:
-    # on first use: importing scipy.signal costs about a second of CPU (SciPy 1.17), and data
-    # with exact accelerations (mj_inverse along a plan, a recording with ddq) are never filtered
-    from scipy import signal
-    if not np.isfinite(sample_rate) or sample_rate <= 0:
-        raise ValueError(f"sample_rate must be > 0 Hz, got {sample_rate}")
-    nyquist = sample_rate / 2
-    if not 0 < cutoff_hz < nyquist:
-        raise ValueError(f"cutoff {cutoff_hz} Hz must be in (0, {nyquist}) Hz, the Nyquist "
-                         f"frequency of {sample_rate} Hz sampling")
-    if int(order) != order or order < 1:
-        raise ValueError(f"filter order must be an integer >= 1, got {order}")
-    return signal.butter(int(order), cutoff_hz, btype="low", fs=sample_rate, output="sos")
-
-
 def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarray:
     """Zero-phase Butterworth low-pass of ``x`` along axis 0 (samples).
 
@@ -92,16 +78,15 @@ def lowpass(x, sample_rate: float, cutoff_hz: float, order: int = 4) -> np.ndarr
     filtered torque and filtered states stay aligned in time. ValueError if cutoff_hz is not
     below Nyquist; DataError if N is too short for the filter's edge padding.
     """
-    from scipy import signal  # on first use (see _butterworth)
-    sos = _butterworth(sample_rate, cutoff_hz, order)
+    sos = lowpass_sections(order, cutoff_hz, sample_rate)
     x = np.asarray(x, dtype=float)
-    # Padding length SciPy would pick by default, fixed here so the requirement can be stated.
+    # Padding length SciPy's sosfiltfilt would pick by default, fixed here so the requirement can be stated.
     padlen = 3 * (2 * sos.shape[0] + 1)
     num = x.shape[0] if x.ndim else 0
     if num <= padlen:
         raise DataError(f"{num} samples are too few for an order-{order} zero-phase low-pass: "
                         f"at least {padlen + 1} are needed")
-    return signal.sosfiltfilt(sos, x, axis=0, padlen=padlen)
+    return zero_phase(x, sos, padlen, padlen)
 
 
 def _forward_difference(x, sample_rate: float) -> np.ndarray:
@@ -199,36 +184,12 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
                      recording.joint_names, interpolate(recording.ddq))
 
 
-def _zero_phase(x: np.ndarray, sos: np.ndarray, pad_before: int, pad_after: int) -> np.ndarray:
-    """Forward-backward ``sos`` filtering of x (N, ...) along axis 0, SciPy's ``sosfiltfilt`` with
-    odd-extension padding of ``pad_before`` and ``pad_after`` samples (0 at an edge inside a
-    longer signal, where the filter starts from its steady state and the window's margin
-    absorbs the transient). Returns (N, ...), a view of a samples-last array.
-
-    The signal is laid out samples-last once (sosfilt copies its input into that layout, and a
-    transposing copy of a (N, n) signal costs more than the filter itself); both passes run on
-    contiguous rows, and the result is handed back as a transposed view."""
-    from scipy import signal  # on first use (see _butterworth)
-    num = x.shape[0]
-    ext = np.empty(x.shape[1:] + (pad_before + num + pad_after,))
-    inner = ext[..., pad_before:pad_before + num]
-    np.copyto(inner, np.moveaxis(x, 0, -1))
-    if pad_before:
-        np.subtract(2.0 * inner[..., :1], inner[..., pad_before:0:-1], out=ext[..., :pad_before])
-    if pad_after:
-        np.subtract(2.0 * inner[..., -1:], inner[..., -2:-pad_after - 2:-1], out=ext[..., pad_before + num:])
-    zi = signal.sosfilt_zi(sos).reshape((sos.shape[0],) + (1,) * (x.ndim - 1) + (2,))
-    y, _ = signal.sosfilt(sos, ext, axis=-1, zi=zi * ext[..., :1])
-    y, _ = signal.sosfilt(sos, y[..., ::-1], axis=-1, zi=zi * y[..., -1:])
-    return np.moveaxis(y[..., ::-1][..., pad_before:pad_before + num], -1, 0)
-
-
 def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:
     """Samples on each side of a block that its zero-phase filtering needs from the signal
     around it for the result to equal filtering the whole signal at once: the filter's slowest
     pole ``p`` decays to 1e-17 of its start in log(1e-17) / log|p| samples; twice that covers the
     cascade of prepare's two filters, the derivative between them and a polynomial envelope."""
-    sos = _butterworth(sample_rate, cutoff_hz, order)
+    sos = lowpass_sections(order, cutoff_hz, sample_rate)
     radius = max(float(np.max(np.abs(np.roots(section[3:])))) for section in sos)
     return int(np.ceil(2.0 * np.log(1e-17) / np.log(radius))) + 8
 
@@ -387,7 +348,7 @@ class VelocityWindow:
         """function: velocity (W, n) rad/s -> values (W, ...) in any unit; returns (rows, ...)."""
         values = np.asarray(function(self.dq), dtype=float)
         if self.sos is not None:
-            values = _zero_phase(values, self.sos, self.pad_before, self.pad_after)
+            values = zero_phase(values, self.sos, self.pad_before, self.pad_after)
         return values if self.pick is None else values[self.pick]
 
     def resolved(self) -> np.ndarray | None:
@@ -423,10 +384,10 @@ def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -
     time, q, dq, tau, ddq = _grid_rows(stretch, a, b)
     pick = slice(first - a, stop - a, rows.step) if isinstance(rows, range) else rows - a
     if ddq is None:
-        sos = _butterworth(stretch.rate, config.cutoff_hz, config.order)
+        sos = lowpass_sections(config.order, config.cutoff_hz, stretch.rate)
         padlen = _padlen(config)
         before, after = (padlen if a == 0 else 0), (padlen if b == stretch.size else 0)
-        smooth = (lambda x: _zero_phase(np.asarray(x, dtype=float), sos, before, after))
+        smooth = (lambda x: zero_phase(x, sos, before, after))
         q, tau = smooth(q), smooth(tau)
         zero_cell = None
         if config.velocity_from_position:

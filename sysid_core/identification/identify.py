@@ -416,7 +416,12 @@ def _mass_along(robot: Robot, q, parameters, armature) -> np.ndarray:
     left = right - 1
     span = np.maximum(at[right] - at[left], 1)
     weight = ((rows - at[left]) / span)[:, None, None]
-    return mass[left] * (1.0 - weight) + mass[right] * weight
+    # mass[left] (1 - weight) + mass[right] weight, the same operations in two (W, n, n) buffers
+    out, share = np.take(mass, left, axis=0), np.take(mass, right, axis=0)
+    out *= 1.0 - weight
+    share *= weight
+    out += share
+    return out
 
 
 def _block_rows(block, rows):
