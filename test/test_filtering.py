@@ -328,3 +328,30 @@ def test_quantised_velocity_is_recognised_fused_with_the_position_and_reversals_
     assert not resolved[near].any()
     assert resolved[np.abs(dq[:, 0]) > 0.3].all()
     assert 0.5 < resolved.mean() < 0.99
+
+
+def test_quantised_velocity_gives_two_independent_accelerations_and_continuous_data_one():
+    # a DM8009's feedback: the rows' acceleration comes from the position alone and the window's
+    # instrument from the reported velocity alone (two quantisers); a continuous velocity keeps
+    # the plain pipeline's acceleration and no instrument
+    from sysid_core.identification import filtering
+    rate = 250.0
+    time = np.arange(int(8 * rate)) / rate
+    omega = 2 * np.pi * FREQS
+    arg = omega * time[:, None] + PHASES
+    q = (0.1 * AMPS * np.sin(arg)).sum(axis=1, keepdims=True)
+    dq = (0.1 * AMPS * omega * np.cos(arg)).sum(axis=1, keepdims=True)
+    ddq = -(0.1 * AMPS * omega ** 2 * np.sin(arg)).sum(axis=1, keepdims=True)
+    q_rep, dq_rep = _damiao_quantised(q, 12.5, 16), _damiao_quantised(dq, 45.0, 12)
+    config = FilterConfig(trim_s=0.0)
+    smooth = (lambda x: lowpass(x, rate, config.cutoff_hz))
+    out, window = next(filtering.prepared_windows(Recording(time, q_rep, dq_rep, np.zeros_like(q), ("j",)), config))
+    np.testing.assert_allclose(out.ddq, smooth(derivative(smooth(derivative(smooth(q_rep), rate)), rate)), atol=1e-9)
+    np.testing.assert_allclose(window.instrument_rows(), smooth(derivative(smooth(dq_rep), rate)), atol=1e-9)
+    inner = slice(int(0.5 * rate), -int(0.5 * rate))
+    for estimate in (out.ddq, window.instrument_rows()):                  # both near the truth, both noisy
+        assert 0.005 < np.std((estimate - smooth(ddq))[inner]) < 0.1
+
+    plain, plain_window = next(filtering.prepared_windows(Recording(time, q, dq, np.zeros_like(q), ("j",)), config))
+    assert plain_window.instrument is None and plain_window.instrument_rows() is None
+    np.testing.assert_allclose(plain.ddq, smooth(derivative(smooth(dq), rate)), rtol=0, atol=1e-12)

@@ -11,7 +11,7 @@ they are added, one pass over the data per reweighting), never an N x N matrix.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 import numpy as np
@@ -134,6 +134,28 @@ class ReducedForm:
             supports.append(grown)
         return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + num, self.n_params, equations)
 
+    def crossed(self, cross: np.ndarray) -> "ReducedForm":
+        """This reduced form with each joint's [W_j | y_j]^T [W_j | y_j] moved by ``cross[j]``
+        ((n, r + 1, r + 1), symmetric; column r is y), refactored (the corrected product is an
+        estimate: a negative eigenvalue, direction the data cannot tell, is floored at zero).
+
+        For equations measured twice, A = [W | y] and A' = [W' | y'] from two independent
+        measurements of the motion (W' - W only noise), the cross product sym(A'^T A) has the
+        expectation of the noise-free A^T A, where A^T A carries the noise's own variance (the
+        errors-in-variables bias of least squares): ``cross`` = sym(A'^T A) - A^T A =
+        sym((A' - A)^T A), summed over the equations (cross_product)."""
+        cross = np.asarray(cross, dtype=float)
+        if cross.shape != (len(self.triangles), self.n_params + 1, self.n_params + 1):
+            raise ValueError(f"cross {cross.shape} does not match {len(self.triangles)} joints and "
+                             f"{self.n_params} parameters")
+        triangles = []
+        for j, (support, triangle) in enumerate(zip(self.supports, self.triangles)):
+            at = np.append(support, self.n_params)
+            gram = triangle.T @ triangle + cross[j][np.ix_(at, at)]
+            values, vectors = np.linalg.eigh(0.5 * (gram + gram.T))
+            triangles.append(_r_factor(vectors.T * np.sqrt(np.maximum(values, 0.0))[:, None]))
+        return replace(self, triangles=tuple(triangles))
+
     def stacked(self, scale: np.ndarray | None = None) -> np.ndarray:
         """Every joint's triangle over all r columns and y, stacked (rows, r + 1); joint j's
         rows divided by ``scale[j]`` (n,) when given (Gautier's per-joint weights)."""
@@ -157,6 +179,16 @@ class ReducedForm:
         if equations <= self.n_params:
             raise IdentificationError(f"{equations} torque equations cannot determine {self.n_params} "
                                       "parameters: record more samples")
+
+
+def cross_product(regressor: np.ndarray, torque: np.ndarray, other_regressor: np.ndarray,
+                  other_torque: np.ndarray) -> np.ndarray:
+    """sym((A' - A)^T A) per joint (n, r + 1, r + 1) for A = [W | y] (W (B, n, r), y (B, n)) and
+    A' the same equations from an independent measurement (ReducedForm.crossed)."""
+    own = np.concatenate([regressor, torque[..., None]], axis=2)
+    difference = np.concatenate([other_regressor, other_torque[..., None]], axis=2) - own
+    half = np.einsum("bjr,bjs->jrs", difference, own)
+    return 0.5 * (half + half.transpose(0, 2, 1))
 
 
 def triangle(stacked: np.ndarray) -> np.ndarray:

@@ -578,13 +578,25 @@ class _Stream:
             self._cache, self._cached = items, True
 
     def columns(self, base: BaseParameters, nonlinear=None, constraint: _Constraint = _Constraint(), select=None,
-                resolved_only: bool = True):
+                resolved_only: bool = True, instrumented: bool = False):
         """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block.
         With ``resolved_only`` the equations whose friction a quantised velocity cannot tell
         (VelocityWindow.resolved) are zero rows of W and y, and zero in the samples' tau: they
-        carry nothing into a reduced form, which does not count them (ReducedForm.equations)."""
+        carry nothing into a reduced form, which does not count them (ReducedForm.equations).
+        With ``instrumented`` each item has a fourth part: the same equations (W', y') at the
+        window's independent second acceleration (VelocityWindow.instrument), None where there
+        is none (the cross product's other factor, estimation.cross_product)."""
         split = int(np.searchsorted(base.independent, self._inertial_width))
         ours, theirs = base.independent[:split], base.independent[split:] - self._inertial_width
+
+        def assemble(inertial, joint):
+            # joint-major, samples last (the regressor's own layout): each joint's columns are
+            # contiguous rows, which ReducedForm.add copies as they are; used as a (B, n, r) view
+            columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
+            np.take(inertial.transpose(1, 2, 0), ours, axis=1, out=columns[:, :ours.size], mode="clip")
+            np.take(joint.transpose(1, 2, 0), theirs, axis=1, out=columns[:, ours.size:], mode="clip")
+            return columns
+
         # MuJoCo's frictionloss linearised in the parameters its D depends on (Gauss-Newton in
         # them): a plain fixed point diverges where D outweighs them (z1's light wrist: 9 times)
         slope = None if constraint.gradient is None else constraint.gradient[:, base.independent]
@@ -593,25 +605,37 @@ class _Stream:
             if at != number:
                 number, block = at, _friction_block(self.robot, self.config, window, nonlinear, constraint)
                 resolved = window.resolved() if resolved_only else None
+                instrument = window.instrument_rows() if instrumented else None
             part = _block_rows(block, slice(start, start + samples.n_samples))
             joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
                                                 nonlinear, constraint, part)
-            # joint-major, samples last (the regressor's own layout): each joint's columns are
-            # contiguous rows, which ReducedForm.add copies as they are; yielded as a (B, n, r) view
-            columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
-            np.take(inertial.transpose(1, 2, 0), ours, axis=1, out=columns[:, :ours.size], mode="clip")
-            np.take(joint.transpose(1, 2, 0), theirs, axis=1, out=columns[:, ours.size:], mode="clip")
+            columns = assemble(inertial, joint)
             target = samples.tau - known - joint_known
             if slope is not None and isinstance(part, tuple) and part[1] is not None:
                 linear = part[1]
                 columns += slope[:, :, None] * linear.T[:, None, :]
                 target = target + linear * (constraint.gradient @ constraint.at)
+            other = None
+            if instrument is not None:
+                # linear in the acceleration: only what depends on it moves (the slope's part does not)
+                ddq = instrument[start:start + samples.n_samples]
+                inertial_i, known_i = _inertial_columns(self.robot, self.config, samples.q, samples.dq, ddq)
+                joint_i, joint_known_i = _joint_columns(self.robot, self.config, samples.q, samples.dq, ddq,
+                                                        nonlinear, constraint, part)
+                other = [columns + (assemble(inertial_i, joint_i) - assemble(inertial, joint)),
+                         target - (known_i - known) - (joint_known_i - joint_known)]
             if resolved is not None:
                 kept = resolved[start:start + samples.n_samples]
                 columns *= kept.T[:, None, :]
                 target = np.where(kept, target, 0.0)
                 samples = replace(samples, tau=np.where(kept, samples.tau, 0.0))
-            yield samples, columns.transpose(2, 0, 1), target
+                if other is not None:
+                    other = [other[0] * kept.T[:, None, :], np.where(kept, other[1], 0.0)]
+            if instrumented:
+                yield samples, columns.transpose(2, 0, 1), target, \
+                    None if other is None else (other[0].transpose(2, 0, 1), other[1])
+            else:
+                yield samples, columns.transpose(2, 0, 1), target
 
     @property
     def _inertial_width(self) -> int:
@@ -785,10 +809,17 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         """One pass: the reduced form, the estimate, standard parameters; the torque's sum of
         squares (n,) and the velocity's spread on the way."""
         reduced, torque_sq, motion = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n)
-        for samples, columns, target in stream.columns(base, nonlinear, constraint):
+        cross = None
+        for samples, columns, target, other in stream.columns(base, nonlinear, constraint, instrumented=True):
             reduced = reduced.add(columns, target)
+            if other is not None:
+                # a quantised velocity: the products across the two sensors' accelerations
+                # (VelocityWindow.instrument), whose noise, unlike either's own, averages out
+                cross = estimation.cross_product(columns, target, *other) + (0.0 if cross is None else cross)
             torque_sq += np.sum(samples.tau ** 2, axis=0)
             motion.add(samples.dq)
+        if cross is not None:
+            reduced = reduced.crossed(cross)
         est = estimate_reduced(reduced, _base_estimator(config), config.ridge_alpha, config.robust,
                                lambda: ((c, t) for _, c, t in stream.columns(base, nonlinear, constraint)))
         # full rank in practice; otherwise the nominal values fill what the data cannot see
