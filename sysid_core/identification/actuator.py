@@ -331,9 +331,9 @@ def calibrate_effort_gains(robot: Robot, alone: Recording, loaded: Recording, pa
     unscaled) until the gains move by less than GAIN_SETTLED of their standard deviations (at
     most GAIN_ROUNDS rounds): unscaled, each joint's torque is off by its gain, which the arm's
     shared inertial parameters cannot absorb, and the laws' velocities come out wrong (on the
-    virtual arm's DM8009 joints 0.5 and 0.13 rad/s for a Stribeck velocity of 0.1 and a sign
-    velocity of 0.02: gains 0.3-0.4 % low, a payload mass 1.7 % low; one round later 0.03 %
-    and 0.1 %). Equations are weighted by each joint's residual level; the standard
+    virtual arm's joint 1, a DM8009, 0.5 and 0.13 rad/s for a Stribeck velocity of 0.1 and a
+    sign velocity of 0.02: the DM8009 gains 0.3-0.4 % low, a payload mass 1.7 % low; one round
+    later 0.03 % and 0.1 %). Equations are weighted by each joint's residual level; the standard
     deviations are widened by the residual's correlation time.
     DataError for unusable data.
     """
