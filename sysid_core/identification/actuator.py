@@ -355,8 +355,9 @@ def calibrate_effort_gains(robot: Robot, alone: Recording, loaded: Recording, pa
         settled = gains is not None and np.all(np.abs(found.gains - gains.gains) <= GAIN_SETTLED * found.std)
         gains = found
         if settled:
-            break
-    return gains
+            return gains
+    # still moving: say so where the gains are kept (the JSON's source line)
+    return replace(gains, source=f"{source}; the gains still moved after {GAIN_ROUNDS} rounds with the friction laws")
 
 
 def _effort_gains(robot: Robot, alone: Recording, loaded: Recording, payload: KnownPayload,
