@@ -330,7 +330,7 @@ def test_quantised_velocity_is_recognised_fused_with_the_position_and_reversals_
     assert 0.5 < resolved.mean() < 0.99
 
 
-def test_quantised_velocity_gives_two_independent_accelerations_and_continuous_data_one():
+def test_quantised_velocity_gives_an_acceleration_from_each_sensor_and_continuous_data_one():
     # a DM8009's feedback: the rows' acceleration comes from the position alone and the window's
     # instrument from the reported velocity alone (two quantisers); a continuous velocity keeps
     # the plain pipeline's acceleration and no instrument
