@@ -91,3 +91,40 @@ def test_robust_weighting_with_ridge_is_refused(problem):
     w, beta = problem
     with pytest.raises(ValueError, match="not available with the ridge"):
         estimate(w, w @ beta, "ridge", robust=True)
+
+
+def test_zero_rows_are_equations_left_out_not_counted():
+    # an equation left out (identify zeroes the rows a quantised velocity cannot tell) must not
+    # shrink the residual's standard deviation: the fit equals that of the rows kept
+    from sysid_core.identification.estimation import ReducedForm, estimate_reduced
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(400, 2, 3))
+    y = w @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=(400, 2))
+    kept = np.ones((400, 2), dtype=bool)
+    kept[::3, 0] = False
+    zeroed = ReducedForm.of([(w * kept[..., None], np.where(kept, y, 0.0))], 2, 3)
+    np.testing.assert_array_equal(zeroed.counts, [kept[:, 0].sum(), 400])
+    alone = [ReducedForm.of([(w[kept[:, j]][:, [j]], y[kept[:, j]][:, [j]])], 1, 3) for j in range(2)]
+    got = estimate_reduced(zeroed, "ols")
+    for j in range(2):
+        rss = alone[j].residual_sums(got.values)[0]
+        np.testing.assert_allclose(got.residual_std[j], np.sqrt(rss / (alone[j].n_samples - 1.5)), rtol=1e-9)
+
+
+def test_cross_product_of_two_independent_measurements_removes_the_errors_in_variables_bias():
+    # the regressor measured with noise (an acceleration from quantised sensors): least squares
+    # on it is biased towards zero (its Gram carries the noise's variance); measured twice with
+    # independent noise, the cross product of the two has the noise-free Gram's expectation
+    from sysid_core.identification.estimation import ReducedForm, cross_product, estimate_reduced
+    rng = np.random.default_rng(5)
+    truth = np.array([1.5, -0.8, 0.3])
+    w = rng.normal(size=(20000, 2, 3))
+    y = w @ truth + 0.01 * rng.normal(size=(20000, 2))
+    noisy, other = (w + np.array([0.6, 0.0, 0.0]) * rng.normal(size=w.shape) for _ in range(2))
+    plain = ReducedForm.of([(noisy, y)], 2, 3)
+    biased = estimate_reduced(plain, "ols").values
+    assert biased[0] < 0.8 * truth[0]                      # 1 / (1 + 0.36) of it, in expectation
+    crossed = plain.crossed(cross_product(noisy, y, other, y))
+    np.testing.assert_allclose(estimate_reduced(crossed, "ols").values, truth, atol=0.03)
+    with pytest.raises(ValueError, match="does not match"):
+        plain.crossed(np.zeros((2, 3, 3)))

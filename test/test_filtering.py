@@ -284,3 +284,74 @@ def test_recording_split_holds_out_the_tail():
     for bad in (0.0, 1.0, -0.1):
         with pytest.raises(ValueError, match="in \\(0, 1\\)"):
             rec.split(bad)
+
+
+def _damiao_quantised(x, limit, bits):
+    """x as a Damiao motor reports it (truncated to its unsigned grid over [-limit, limit]) and
+    the bridge decodes it (protocol.measured_feedback: the centre of the cell)."""
+    from sysid_core.damiao import protocol as dm
+    step = dm.resolution(-limit, limit, bits)
+    return np.floor((x + limit) / step) * step - limit + 0.5 * step
+
+
+def test_quantised_velocity_is_recognised_fused_with_the_position_and_reversals_left_out():
+    # a DM8009's feedback at 250 Hz: position 16 bits over +-12.5 rad, velocity 12 bits over
+    # +-45 rad/s (0.022 rad/s, the width of a joint's Coulomb transition); the truth is analytic
+    from sysid_core.identification import filtering
+    rate = 250.0
+    time = np.arange(int(8 * rate)) / rate
+    omega = 2 * np.pi * FREQS
+    arg = omega * time[:, None] + PHASES
+    q = (0.1 * AMPS * np.sin(arg)).sum(axis=1, keepdims=True)
+    dq = (0.1 * AMPS * omega * np.cos(arg)).sum(axis=1, keepdims=True)
+    q_rep, dq_rep = _damiao_quantised(q, 12.5, 16), _damiao_quantised(dq, 45.0, 12)
+    step = 90.0 / 4095
+    np.testing.assert_allclose(filtering.velocity_steps(dq_rep), [step], rtol=1e-9)
+    assert filtering.velocity_steps(dq)[0] == 0.0                 # a continuous signal is not quantised
+
+    config = FilterConfig(trim_s=0.0)
+    out, window = next(filtering.prepared_windows(Recording(time, q_rep, dq_rep, np.zeros_like(q), ("j",)), config))
+    plain, _ = next(filtering.prepared_windows(Recording(time, q_rep, dq_rep + 1e-7 * np.sin(time)[:, None],
+                                                         np.zeros_like(q), ("j",)), config))
+    inner = slice(int(0.5 * rate), -int(0.5 * rate))
+    truth = lowpass(dq, rate, config.cutoff_hz)[inner]
+    fused_error = np.sqrt(np.mean((out.dq[inner] - truth) ** 2))
+    reported_error = np.sqrt(np.mean((plain.dq[inner] - truth) ** 2))   # lowpass of the reported one
+    assert fused_error < 0.6 * reported_error, (fused_error, reported_error)
+    # the fused velocity never leaves the reported cell (before the low-pass)
+    raw = filtering.fused_velocity(derivative(lowpass(q_rep, rate, 10.0), rate), dq_rep, [step])
+    assert np.all(np.abs(raw - dq_rep) <= 0.5 * step + 1e-12)
+
+    # the equations near a reversal (the true velocity within a cell of zero) are left out, the rest kept
+    resolved = window.resolved()[:, 0]
+    near = np.abs(dq[:, 0]) < 0.5 * step
+    assert not resolved[near].any()
+    assert resolved[np.abs(dq[:, 0]) > 0.3].all()
+    assert 0.5 < resolved.mean() < 0.99
+
+
+def test_quantised_velocity_gives_an_acceleration_from_each_sensor_and_continuous_data_one():
+    # a DM8009's feedback: the rows' acceleration comes from the position alone and the window's
+    # instrument from the reported velocity alone (two quantisers); a continuous velocity keeps
+    # the plain pipeline's acceleration and no instrument
+    from sysid_core.identification import filtering
+    rate = 250.0
+    time = np.arange(int(8 * rate)) / rate
+    omega = 2 * np.pi * FREQS
+    arg = omega * time[:, None] + PHASES
+    q = (0.1 * AMPS * np.sin(arg)).sum(axis=1, keepdims=True)
+    dq = (0.1 * AMPS * omega * np.cos(arg)).sum(axis=1, keepdims=True)
+    ddq = -(0.1 * AMPS * omega ** 2 * np.sin(arg)).sum(axis=1, keepdims=True)
+    q_rep, dq_rep = _damiao_quantised(q, 12.5, 16), _damiao_quantised(dq, 45.0, 12)
+    config = FilterConfig(trim_s=0.0)
+    smooth = (lambda x: lowpass(x, rate, config.cutoff_hz))
+    out, window = next(filtering.prepared_windows(Recording(time, q_rep, dq_rep, np.zeros_like(q), ("j",)), config))
+    np.testing.assert_allclose(out.ddq, smooth(derivative(smooth(derivative(smooth(q_rep), rate)), rate)), atol=1e-9)
+    np.testing.assert_allclose(window.instrument_rows(), smooth(derivative(smooth(dq_rep), rate)), atol=1e-9)
+    inner = slice(int(0.5 * rate), -int(0.5 * rate))
+    for estimate in (out.ddq, window.instrument_rows()):                  # both near the truth, both noisy
+        assert 0.005 < np.std((estimate - smooth(ddq))[inner]) < 0.1
+
+    plain, plain_window = next(filtering.prepared_windows(Recording(time, q, dq, np.zeros_like(q), ("j",)), config))
+    assert plain_window.instrument is None and plain_window.instrument_rows() is None
+    np.testing.assert_allclose(plain.ddq, smooth(derivative(smooth(dq), rate)), rtol=0, atol=1e-12)

@@ -11,7 +11,7 @@ they are added, one pass over the data per reweighting), never an N x N matrix.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 import numpy as np
@@ -67,13 +67,21 @@ class ReducedForm:
     the columns not identically zero in them (on a serial arm joint j sees only the bodies
     after it and its own friction, so the factorisations are several times cheaper than on
     all r columns). Orthogonality gives, exactly up to round-off, W_j^T W_j, W_j^T y_j and
-    |y_j - W_j b|^2 for any b. ``n_samples`` N; ``n_params`` r.
+    |y_j - W_j b|^2 for any b. ``n_samples`` N; ``n_params`` r; ``equations`` (n,) the rows of
+    each joint that are not all zero (a zero row carries nothing: an equation left out), None
+    when none is (N each).
     """
 
     supports: tuple
     triangles: tuple
     n_samples: int
     n_params: int
+    equations: np.ndarray | None = None
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Equations (n,) of each joint."""
+        return np.full(len(self.triangles), self.n_samples) if self.equations is None else self.equations
 
     @classmethod
     def empty(cls, n_joints: int, n_params: int) -> "ReducedForm":
@@ -97,6 +105,13 @@ class ReducedForm:
             raise ValueError(f"regressor {regressor.shape} and torque {torque.shape} do not match "
                              f"{len(self.triangles)} joints and {self.n_params} parameters")
         supports, triangles = [], []
+        # zero rows (B, n): only where the torque is zero is the regressor's row looked at
+        empty = torque == 0.0
+        if empty.any():
+            at = np.nonzero(empty)
+            empty[at] = ~np.any(regressor[at[0], at[1], :] != 0.0, axis=-1)
+        equations = self.counts + (num - np.count_nonzero(empty, axis=0)) if empty.any() or \
+            self.equations is not None else None
         for j, (support, triangle) in enumerate(zip(self.supports, self.triangles)):
             # joint j's columns as rows (r, B): contiguous when W is a view of joint-major,
             # samples-last memory (as identify's stream yields it), so every copy below is a
@@ -117,7 +132,29 @@ class ReducedForm:
                 columns[:, done:] *= root[:, j]
             triangles.append(_r_factor(stack))
             supports.append(grown)
-        return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + num, self.n_params)
+        return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + num, self.n_params, equations)
+
+    def crossed(self, cross: np.ndarray) -> "ReducedForm":
+        """This reduced form with each joint's [W_j | y_j]^T [W_j | y_j] moved by ``cross[j]``
+        ((n, r + 1, r + 1), symmetric; column r is y), refactored (the corrected product is an
+        estimate: a negative eigenvalue, direction the data cannot tell, is floored at zero).
+
+        For equations measured twice, A = [W | y] and A' = [W' | y'] from two independent
+        measurements of the motion (W' - W only noise), the cross product sym(A'^T A) has the
+        expectation of the noise-free A^T A, where A^T A carries the noise's own variance (the
+        errors-in-variables bias of least squares): ``cross`` = sym(A'^T A) - A^T A =
+        sym((A' - A)^T A), summed over the equations (cross_product)."""
+        cross = np.asarray(cross, dtype=float)
+        if cross.shape != (len(self.triangles), self.n_params + 1, self.n_params + 1):
+            raise ValueError(f"cross {cross.shape} does not match {len(self.triangles)} joints and "
+                             f"{self.n_params} parameters")
+        triangles = []
+        for j, (support, triangle) in enumerate(zip(self.supports, self.triangles)):
+            at = np.append(support, self.n_params)
+            gram = triangle.T @ triangle + cross[j][np.ix_(at, at)]
+            values, vectors = np.linalg.eigh(0.5 * (gram + gram.T))
+            triangles.append(_r_factor(vectors.T * np.sqrt(np.maximum(values, 0.0))[:, None]))
+        return replace(self, triangles=tuple(triangles))
 
     def stacked(self, scale: np.ndarray | None = None) -> np.ndarray:
         """Every joint's triangle over all r columns and y, stacked (rows, r + 1); joint j's
@@ -138,10 +175,20 @@ class ReducedForm:
 
     def check_determined(self) -> None:
         """IdentificationError unless there are more equations (N n) than parameters (r)."""
-        equations = self.n_samples * len(self.triangles)
+        equations = int(np.sum(self.counts))
         if equations <= self.n_params:
             raise IdentificationError(f"{equations} torque equations cannot determine {self.n_params} "
                                       "parameters: record more samples")
+
+
+def cross_product(regressor: np.ndarray, torque: np.ndarray, other_regressor: np.ndarray,
+                  other_torque: np.ndarray) -> np.ndarray:
+    """sym((A' - A)^T A) per joint (n, r + 1, r + 1) for A = [W | y] (W (B, n, r), y (B, n)) and
+    A' the same equations from an independent measurement (ReducedForm.crossed)."""
+    own = np.concatenate([regressor, torque[..., None]], axis=2)
+    difference = np.concatenate([other_regressor, other_torque[..., None]], axis=2) - own
+    half = np.einsum("bjr,bjs->jrs", difference, own)
+    return 0.5 * (half + half.transpose(0, 2, 1))
 
 
 def triangle(stacked: np.ndarray) -> np.ndarray:
@@ -190,11 +237,11 @@ def _ols(stacked: np.ndarray):
 def _per_joint_std(reduced: ReducedForm, values: np.ndarray) -> np.ndarray:
     """Per-joint residual standard deviation (n,), each joint charged r / n degrees of freedom."""
     dof = reduced.n_params / len(reduced.triangles)
-    return np.sqrt(reduced.residual_sums(values) / max(reduced.n_samples - dof, 1))
+    return np.sqrt(reduced.residual_sums(values) / np.maximum(reduced.counts - dof, 1))
 
 
 def _variance_of(reduced: ReducedForm, rss: float) -> float:
-    return rss / (reduced.n_samples * len(reduced.triangles) - reduced.n_params)
+    return rss / (np.sum(reduced.counts) - reduced.n_params)
 
 
 def least_squares_reduced(reduced: ReducedForm) -> Estimate:

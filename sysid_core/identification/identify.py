@@ -454,6 +454,8 @@ def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream",
             picked.append((samples.rows(rows), window, rows))
     join = (lambda field: np.concatenate([getattr(s, field) for s, _, _ in picked]))
     q, dq, ddq, tau = join("q"), join("dq"), join("ddq"), join("tau")
+    # the equations the quantised velocity cannot tell stay out of the search too (_Stream.columns)
+    kept = np.concatenate([_resolved_rows(window, rows) for _, window, rows in picked])
     columns, known = _columns(robot, config, q, dq, ddq)
     width = sum(len(m.linear_names) for m in models)  # the friction block comes last
 
@@ -462,12 +464,21 @@ def _fit_friction(robot: Robot, config: IdentificationConfig, stream: "_Stream",
 
     def friction_columns(nonlinear):
         # every trial's law goes through the filter on the picked samples' windows
-        return np.concatenate([_friction_block(robot, config, window, nonlinear)[rows]
-                               for _, window, rows in picked])
+        return kept[..., None] * np.concatenate([_friction_block(robot, config, window, nonlinear)[rows]
+                                                 for _, window, rows in picked])
 
-    return friction.fit_nonlinear(columns[..., :columns.shape[2] - width], tau - known, dq, models,
-                                  solve, config.joint_model.smoothing, base.independent,
+    return friction.fit_nonlinear(kept[..., None] * columns[..., :columns.shape[2] - width], kept * (tau - known),
+                                  dq, models, solve, config.joint_model.smoothing, base.independent,
                                   columns=friction_columns)
+
+
+def _resolved_rows(window: VelocityWindow, rows) -> np.ndarray:
+    """(len(rows), n) 1.0 for the equations kept, 0.0 for those VelocityWindow.resolved leaves out;
+    ``rows`` index the window's prepared block."""
+    resolved = window.resolved()
+    if resolved is None:
+        return np.ones((len(rows),) + np.shape(window.dq)[1:])
+    return resolved[rows].astype(float)
 
 
 def _joint_frictions(robot: Robot, config: IdentificationConfig, names, standard, terms, nonlinear) -> tuple:
@@ -574,10 +585,26 @@ class _Stream:
         if keep:
             self._cache, self._cached = items, True
 
-    def columns(self, base: BaseParameters, nonlinear=None, constraint: _Constraint = _Constraint(), select=None):
-        """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block."""
+    def columns(self, base: BaseParameters, nonlinear=None, constraint: _Constraint = _Constraint(), select=None,
+                resolved_only: bool = True, instrumented: bool = False):
+        """(samples, base columns W (B, n, r), target y = tau - known torque (B, n)) per block.
+        With ``resolved_only`` the equations whose friction a quantised velocity cannot tell
+        (VelocityWindow.resolved) are zero rows of W and y, and zero in the samples' tau: they
+        carry nothing into a reduced form, which does not count them (ReducedForm.equations).
+        With ``instrumented`` each item has a fourth part: the same equations (W', y') at the
+        window's independent second acceleration (VelocityWindow.instrument), None where there
+        is none (the cross product's other factor, estimation.cross_product)."""
         split = int(np.searchsorted(base.independent, self._inertial_width))
         ours, theirs = base.independent[:split], base.independent[split:] - self._inertial_width
+
+        def assemble(inertial, joint):
+            # joint-major, samples last (the regressor's own layout): each joint's columns are
+            # contiguous rows, which ReducedForm.add copies as they are; used as a (B, n, r) view
+            columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
+            np.take(inertial.transpose(1, 2, 0), ours, axis=1, out=columns[:, :ours.size], mode="clip")
+            np.take(joint.transpose(1, 2, 0), theirs, axis=1, out=columns[:, ours.size:], mode="clip")
+            return columns
+
         # MuJoCo's frictionloss linearised in the parameters its D depends on (Gauss-Newton in
         # them): a plain fixed point diverges where D outweighs them (z1's light wrist: 9 times)
         slope = None if constraint.gradient is None else constraint.gradient[:, base.independent]
@@ -585,20 +612,38 @@ class _Stream:
         for at, samples, inertial, known, window, start in self.inertial(select):
             if at != number:
                 number, block = at, _friction_block(self.robot, self.config, window, nonlinear, constraint)
+                resolved = window.resolved() if resolved_only else None
+                instrument = window.instrument_rows() if instrumented else None
             part = _block_rows(block, slice(start, start + samples.n_samples))
             joint, joint_known = _joint_columns(self.robot, self.config, samples.q, samples.dq, samples.ddq,
                                                 nonlinear, constraint, part)
-            # joint-major, samples last (the regressor's own layout): each joint's columns are
-            # contiguous rows, which ReducedForm.add copies as they are; yielded as a (B, n, r) view
-            columns = np.empty((joint.shape[1], ours.size + theirs.size, joint.shape[0]))
-            np.take(inertial.transpose(1, 2, 0), ours, axis=1, out=columns[:, :ours.size], mode="clip")
-            np.take(joint.transpose(1, 2, 0), theirs, axis=1, out=columns[:, ours.size:], mode="clip")
+            columns = assemble(inertial, joint)
             target = samples.tau - known - joint_known
             if slope is not None and isinstance(part, tuple) and part[1] is not None:
                 linear = part[1]
                 columns += slope[:, :, None] * linear.T[:, None, :]
                 target = target + linear * (constraint.gradient @ constraint.at)
-            yield samples, columns.transpose(2, 0, 1), target
+            other = None
+            if instrument is not None:
+                # linear in the acceleration: only what depends on it moves (the slope's part does not)
+                ddq = instrument[start:start + samples.n_samples]
+                inertial_i, known_i = _inertial_columns(self.robot, self.config, samples.q, samples.dq, ddq)
+                joint_i, joint_known_i = _joint_columns(self.robot, self.config, samples.q, samples.dq, ddq,
+                                                        nonlinear, constraint, part)
+                other = [columns + (assemble(inertial_i, joint_i) - assemble(inertial, joint)),
+                         target - (known_i - known) - (joint_known_i - joint_known)]
+            if resolved is not None:
+                kept = resolved[start:start + samples.n_samples]
+                columns *= kept.T[:, None, :]
+                target = np.where(kept, target, 0.0)
+                samples = replace(samples, tau=np.where(kept, samples.tau, 0.0))
+                if other is not None:
+                    other = [other[0] * kept.T[:, None, :], np.where(kept, other[1], 0.0)]
+            if instrumented:
+                yield samples, columns.transpose(2, 0, 1), target, \
+                    None if other is None else (other[0].transpose(2, 0, 1), other[1])
+            else:
+                yield samples, columns.transpose(2, 0, 1), target
 
     @property
     def _inertial_width(self) -> int:
@@ -671,15 +716,17 @@ def _result_constraint(robot: Robot, result: IdentificationResult) -> _Constrain
                              result.viscous)
 
 
-def _rmse(residual_sq: np.ndarray, torque_sq: np.ndarray, count: int) -> tuple[np.ndarray, float, np.ndarray, float]:
+def _rmse(residual_sq: np.ndarray, torque_sq: np.ndarray, count) -> tuple[np.ndarray, float, np.ndarray, float]:
     """Per joint (n,) and pooled RMSE from the residual's sum of squares per joint (n,) over
-    ``count`` samples, and both relative to the torque's RMS (its sum of squares (n,))."""
+    ``count`` samples (or (n,) equations per joint), and both relative to the torque's RMS (its
+    sum of squares (n,))."""
+    count = np.maximum(np.broadcast_to(np.asarray(count, dtype=float), np.shape(residual_sq)), 1.0)
     per_joint = np.sqrt(residual_sq / count)
     scale = np.sqrt(torque_sq / count)
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(scale > 0, per_joint / scale, np.inf)
-    pooled, total = float(np.sqrt(np.sum(residual_sq) / residual_sq.size / count)), \
-        float(np.sqrt(np.sum(torque_sq) / torque_sq.size / count))
+    pooled, total = float(np.sqrt(np.sum(residual_sq) / np.sum(count))), \
+        float(np.sqrt(np.sum(torque_sq) / np.sum(count)))
     return per_joint, pooled, relative, pooled / total if total > 0 else float("inf")
 
 
@@ -770,10 +817,17 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         """One pass: the reduced form, the estimate, standard parameters; the torque's sum of
         squares (n,) and the velocity's spread on the way."""
         reduced, torque_sq, motion = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n)
-        for samples, columns, target in stream.columns(base, nonlinear, constraint):
+        cross = None
+        for samples, columns, target, other in stream.columns(base, nonlinear, constraint, instrumented=True):
             reduced = reduced.add(columns, target)
+            if other is not None:
+                # a quantised velocity: the products across the two sensors' accelerations
+                # (VelocityWindow.instrument), whose noise, unlike either's own, averages out
+                cross = estimation.cross_product(columns, target, *other) + (0.0 if cross is None else cross)
             torque_sq += np.sum(samples.tau ** 2, axis=0)
             motion.add(samples.dq)
+        if cross is not None:
+            reduced = reduced.crossed(cross)
         est = estimate_reduced(reduced, _base_estimator(config), config.ridge_alpha, config.robust,
                                lambda: ((c, t) for _, c, t in stream.columns(base, nonlinear, constraint)))
         # full rank in practice; otherwise the nominal values fill what the data cannot see
@@ -854,7 +908,7 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     # the fit of the parameters delivered: the consistent ones where they differ from the estimate;
     # residual and torque sums of squares from the reduced form (the torque's: a zero model)
     rmse_joint, rmse, relative, pooled = _rmse(reduced.residual_sums(base.projection @ standard),
-                                               torque_sq, reduced.n_samples)
+                                               torque_sq, reduced.counts)
     cond, cond_raw = estimation.condition_numbers(estimation.triangle(reduced.stacked())[:base.rank, :base.rank])
     metrics = Metrics(rmse_joint, rmse, cond, cond_raw, base.rank, reduced.n_samples,
                       relative_rmse_per_joint=relative, relative_rmse=pooled)
@@ -915,7 +969,7 @@ def regression_blocks(robot: Robot, recording: Recording, config: Identification
     everything known (B, n) N m). The friction laws' columns are filtered like the torque
     (VelocityWindow); ``nonlinear`` as in base_regressor. DataError for unusable data."""
     for samples, columns, target in _Stream(robot, config, recording.select(robot.joint_names)).columns(
-            base, nonlinear):
+            base, nonlinear, resolved_only=False):
         yield samples, columns, samples.tau - target
 
 
