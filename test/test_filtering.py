@@ -294,17 +294,24 @@ def _damiao_quantised(x, limit, bits):
     return np.floor((x + limit) / step) * step - limit + 0.5 * step
 
 
-def test_quantised_velocity_is_recognised_fused_with_the_position_and_reversals_left_out():
-    # a DM8009's feedback at 250 Hz: position 16 bits over +-12.5 rad, velocity 12 bits over
-    # +-45 rad/s (0.022 rad/s, the width of a joint's Coulomb transition); the truth is analytic
-    from sysid_core.identification import filtering
-    rate = 250.0
-    time = np.arange(int(8 * rate)) / rate
+def _dm8009_feedback(rate: float = 250.0, seconds: float = 8.0):
+    """A one-joint excitation (the analytic truth: time, q, dq, ddq) and a DM8009's feedback of
+    it as the bridge decodes it: position 16 bits over +-12.5 rad, velocity 12 bits over
+    +-45 rad/s (0.022 rad/s, the width of a joint's Coulomb transition)."""
+    time = np.arange(int(seconds * rate)) / rate
     omega = 2 * np.pi * FREQS
     arg = omega * time[:, None] + PHASES
     q = (0.1 * AMPS * np.sin(arg)).sum(axis=1, keepdims=True)
     dq = (0.1 * AMPS * omega * np.cos(arg)).sum(axis=1, keepdims=True)
-    q_rep, dq_rep = _damiao_quantised(q, 12.5, 16), _damiao_quantised(dq, 45.0, 12)
+    ddq = -(0.1 * AMPS * omega ** 2 * np.sin(arg)).sum(axis=1, keepdims=True)
+    return time, q, dq, ddq, _damiao_quantised(q, 12.5, 16), _damiao_quantised(dq, 45.0, 12)
+
+
+def test_quantised_velocity_is_recognised_fused_with_the_position_and_reversals_left_out():
+    # a DM8009's feedback at 250 Hz; the truth is analytic
+    from sysid_core.identification import filtering
+    rate = 250.0
+    time, q, dq, _, q_rep, dq_rep = _dm8009_feedback(rate)
     step = 90.0 / 4095
     np.testing.assert_allclose(filtering.velocity_steps(dq_rep), [step], rtol=1e-9)
     assert filtering.velocity_steps(dq)[0] == 0.0                 # a continuous signal is not quantised
@@ -336,13 +343,7 @@ def test_quantised_velocity_gives_an_acceleration_from_each_sensor_and_continuou
     # the plain pipeline's acceleration and no instrument
     from sysid_core.identification import filtering
     rate = 250.0
-    time = np.arange(int(8 * rate)) / rate
-    omega = 2 * np.pi * FREQS
-    arg = omega * time[:, None] + PHASES
-    q = (0.1 * AMPS * np.sin(arg)).sum(axis=1, keepdims=True)
-    dq = (0.1 * AMPS * omega * np.cos(arg)).sum(axis=1, keepdims=True)
-    ddq = -(0.1 * AMPS * omega ** 2 * np.sin(arg)).sum(axis=1, keepdims=True)
-    q_rep, dq_rep = _damiao_quantised(q, 12.5, 16), _damiao_quantised(dq, 45.0, 12)
+    time, q, dq, ddq, q_rep, dq_rep = _dm8009_feedback(rate)
     config = FilterConfig(trim_s=0.0)
     smooth = (lambda x: lowpass(x, rate, config.cutoff_hz))
     out, window = next(filtering.prepared_windows(Recording(time, q_rep, dq_rep, np.zeros_like(q), ("j",)), config))
