@@ -251,8 +251,8 @@ def _grid_rows(stretch: _Stretch, start: int, stop: int) -> tuple:
         return (raw.time[start:stop],) + tuple(None if x is None else np.asarray(x)[start:stop] for x in signals)
     grid = stretch.grid(start, stop)
     time = np.asarray(raw.time, dtype=float)
-    lo = max(int(np.searchsorted(time, grid[0], side="right")) - 1, 0)
-    hi = min(int(np.searchsorted(time, grid[-1], side="left")) + 1, time.size)
+    around = _raw_rows(stretch, start, stop)
+    lo, hi = around.start, around.stop
 
     def interpolate(x):
         if x is None:
@@ -385,11 +385,12 @@ class VelocityWindow:
 
 def _raw_rows(stretch: _Stretch, start: int, stop: int) -> slice:
     """The recorded rows of ``stretch`` around its grid points [start, stop)."""
-    if stretch.grid is None:
+    if stretch.spacing is None:
         return slice(start, stop)
     time = np.asarray(stretch.raw.time, dtype=float)
-    lo = max(int(np.searchsorted(time, stretch.grid[start], side="right")) - 1, 0)
-    return slice(lo, min(int(np.searchsorted(time, stretch.grid[stop - 1], side="left")) + 1, time.size))
+    first, last = stretch.grid(start, start + 1)[0], stretch.grid(stop - 1, stop)[0]
+    lo = max(int(np.searchsorted(time, first, side="right")) - 1, 0)
+    return slice(lo, min(int(np.searchsorted(time, last, side="left")) + 1, time.size))
 
 
 def _filtered_rows(stretch: _Stretch, config: FilterConfig, rows, margin: int) -> tuple:
