@@ -86,7 +86,7 @@ def _order_statistics(time: np.ndarray, ranks: tuple) -> np.ndarray:
             held = [rank for rank in pending if rank not in values and below_ <= rank < under_]
             if held:
                 every = (under_ - below_) // _SAMPLE + 1
-                sample = np.sort(np.concatenate([dt for _, dt in _every(interval_blocks(time, lo_, hi_), every)]))
+                sample = np.sort(np.concatenate(list(_every(interval_blocks(time, lo_, hi_), every))))
                 searches.append((lo_, hi_, int(below_), int(under_), held, sample))
     return np.array([values[rank] for rank in ranks])
 
@@ -94,8 +94,8 @@ def _order_statistics(time: np.ndarray, ranks: tuple) -> np.ndarray:
 def _every(blocks, every: int):
     """Every ``every``-th interval of ``blocks`` ((start, dt) pairs), counting across blocks."""
     seen = 0
-    for start, dt in blocks:
-        yield start, dt[(-seen) % every::every]
+    for _, dt in blocks:
+        yield dt[(-seen) % every::every]
         seen += dt.shape[0]
 
 
