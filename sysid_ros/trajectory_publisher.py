@@ -51,6 +51,7 @@ import time
 
 from builtin_interfaces.msg import Duration
 import numpy as np
+from rclpy.duration import Duration as Timeout
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -78,6 +79,9 @@ DEFAULT_CONTROLLERS = {'joint_trajectory': 'joint_trajectory_controller',
 FILE_TOLERANCE = 1e-9
 # joint_trajectory: time the controller gets to stop at the measured pose on sysid/stop (s)
 STOP_TIME_S = 0.1
+# Longest wait at shutdown for the subscribers to acknowledge the last command (reliable QoS);
+# bounded so that a subscriber gone first does not hold the process.
+SHUTDOWN_ACK_S = 1.0
 WARN_PERIOD_S = 5.0
 
 
@@ -374,6 +378,11 @@ class TrajectoryPublisher(Node):
                 self.stop()
             if self._output == 'forward_effort':
                 self._forward_pub.publish(Float64MultiArray(data=self._gravity(self._q_measured)[self._order].tolist()))
+            # a writer's samples not yet acknowledged go with it when the process ends: wait, so
+            # that the controller gets this last command and does not keep the one before
+            for publisher in (self._command_pub, self._trajectory_pub, self._forward_pub):
+                if publisher is not None:
+                    publisher.wait_for_all_acked(Timeout(seconds=SHUTDOWN_ACK_S))
             self.get_logger().info('shut down: arm left at the measured pose')
         super().destroy_node()
 

@@ -285,12 +285,15 @@ def test_shutdown_leaves_the_effort_controller_holding_gravity(harness, openarm)
         harness.spin_until(lambda: False, 0.5)
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
+        # the last command is gravity alone: wait for it (a loaded machine delivers late), then
+        # make sure nothing follows it
+        gravity = _mj_inverse(openarm, q_last, np.zeros(7), np.zeros(7))
+        harness.spin_until(lambda: np.allclose(rig.commands[-1], gravity, atol=1e-9, rtol=0), 10.0)
         harness.spin_until(lambda: False, 0.5)
     finally:
         if process.poll() is None:
             process.kill()
     log = process.stdout.read()
     assert "shut down: arm left at the measured pose" in log, log
-    gravity = _mj_inverse(openarm, q_last, np.zeros(7), np.zeros(7))
     np.testing.assert_allclose(rig.commands[-1], gravity, atol=1e-9, rtol=0)
     assert rig.done[-1] is False
