@@ -385,15 +385,16 @@ def _subsampled(trajectory: Trajectory, max_samples: int):
 
 
 def regressor_condition(robot: Robot, trajectory: Trajectory, config: IdentificationConfig | None = None,
-                        max_samples: int = SCORE_SAMPLES) -> tuple[float, float]:
+                        max_samples: int = SCORE_SAMPLES, base=None) -> tuple[float, float]:
     """Condition number of the base regressor along ``trajectory``: (raw, unit-norm columns).
 
     The independent columns of ``config`` (default IdentificationConfig(): terminal scope with
-    Coulomb and viscous friction) on at most ``max_samples`` samples taken at a uniform stride
-    (the condition number of a smooth trajectory barely changes with denser sampling).
+    Coulomb and viscous friction; ``base`` its structural_base_parameters when already known)
+    on at most ``max_samples`` samples taken at a uniform stride (the condition number of a
+    smooth trajectory barely changes with denser sampling).
     """
     config = IdentificationConfig() if config is None else config
-    columns, _ = base_regressor(robot, config, *_subsampled(trajectory, max_samples))
+    columns, _ = base_regressor(robot, config, *_subsampled(trajectory, max_samples), base=base)
     raw, scaled = _condition_numbers(columns.reshape(1, -1, columns.shape[-1]))
     return float(raw[0]), float(scaled[0])
 
@@ -1025,12 +1026,7 @@ def multisine_condition(robot: Robot, duration: float, sample_rate: float, confi
             plan = make(speed)
         else:
             plan, _, _ = slow_to_torque_limits(make, robot, speed, torque_limits=limits, usage=torque_share)
-        columns, _ = base_regressor(robot, config, *_subsampled(plan, SCORE_SAMPLES), base=base)
-        columns = columns.reshape(-1, base.rank)
-        # the triangle of a QR has the same singular values, and its SVD is cheap
-        triangle = np.linalg.qr(columns / np.linalg.norm(columns, axis=0), mode="r")
-        singular = np.linalg.svd(triangle, compute_uv=False)
-        values.append(singular[0] / singular[-1] if singular[-1] > 0 else np.inf)
+        values.append(regressor_condition(robot, plan, config, base=base)[1])
     return float(np.median(values))
 
 
