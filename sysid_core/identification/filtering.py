@@ -7,7 +7,7 @@ from the filtered states still explains the filtered torque sample for sample.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -235,9 +235,9 @@ def _stretches(recording: Recording, config: FilterConfig) -> list:
         else:
             points = int(np.floor((raw.time[-1] - raw.time[0]) / own + 1e-9)) + 1
             stretch = _Stretch(raw, own, 1.0 / own, points)
-            measured = np.concatenate([_measured(stretch.grid(k, min(k + FILTER_BLOCK, points)), raw.time, own)
-                                       for k in range(0, points, FILTER_BLOCK)])
-            out.append(_Stretch(raw, own, 1.0 / own, points, measured))
+            out.append(replace(stretch, measured=np.concatenate(
+                [_measured(stretch.grid(k, min(k + FILTER_BLOCK, points)), raw.time, own)
+                 for k in range(0, points, FILTER_BLOCK)])))
     return out
 
 
@@ -250,15 +250,13 @@ def _grid_rows(stretch: _Stretch, start: int, stop: int) -> tuple:
     if stretch.spacing is None:
         return (raw.time[start:stop],) + tuple(None if x is None else np.asarray(x)[start:stop] for x in signals)
     grid = stretch.grid(start, stop)
-    time = np.asarray(raw.time, dtype=float)
     around = _raw_rows(stretch, start, stop)
-    lo, hi = around.start, around.stop
+    time = np.asarray(raw.time, dtype=float)[around]
 
     def interpolate(x):
         if x is None:
             return None
-        x = np.asarray(x, dtype=float)[lo:hi]
-        return np.stack([np.interp(grid, time[lo:hi], column) for column in x.T], axis=1)
+        return np.stack([np.interp(grid, time, column) for column in np.asarray(x, dtype=float)[around].T], axis=1)
     return (grid,) + tuple(interpolate(x) for x in signals)
 
 
