@@ -84,13 +84,15 @@ def optimized(name, robot, config, criterion, seed, args, workers):
     path = None
     if args.cache is not None:
         args.cache.mkdir(parents=True, exist_ok=True)
-        path = args.cache / f"{name}_{config.scope}_{criterion}_{seed}_{args.duration:g}s_{args.time_limit:g}s.npz"
+        cap = "" if args.condition_cap == "auto" else "_nocap"
+        path = args.cache / f"{name}_{config.scope}_{criterion}_{seed}_{args.duration:g}s_{args.time_limit:g}s{cap}.npz"
         if path.is_file():
             data = np.load(path)
             return Trajectory(data["time"], data["q"], data["dq"], data["ddq"]), float(data["wall"])
     started = time.perf_counter()
     design = optimize_excitation(robot, args.duration, SAMPLE_RATE, config=config, criterion=criterion, seed=seed,
-                                 time_limit_s=args.time_limit, max_velocity=MAX_VELOCITY, workers=workers)
+                                 time_limit_s=args.time_limit, max_velocity=MAX_VELOCITY, workers=workers,
+                                 condition_cap=None if args.condition_cap == "off" else "auto")
     wall = time.perf_counter() - started
     plan = design.trajectory
     if path is not None:
@@ -191,6 +193,9 @@ def main(argv=None) -> int:
                         help="truth torques: MuJoCo's inverse dynamics (default) or the identification model's")
     parser.add_argument("--criteria", nargs="+", default=["default"], choices=("default",) + CRITERIA,
                         help="optimizer criteria to compare; 'default' is the scope's default criterion (the default)")
+    parser.add_argument("--condition-cap", choices=("auto", "off"), default="auto",
+                        help="auto: the criterion's default cap (payload, d_optimal: 0.4 of the multisines' condition "
+                             "number); off: none")
     parser.add_argument("--workers", type=int, default=None,
                         help="optimizer processes, 1 or 2 (default: search_workers, as the CLI)")
     parser.add_argument("--conditioning-only", action="store_true", help="condition numbers only, no identification")

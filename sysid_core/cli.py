@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "condition (scaled condition number) or weighted (Liu et al.)")
     parser.add_argument("--excitation-time-limit", type=float, default=60.0,
                         help="wall-clock budget of the optimized excitation's search, s (default 60)")
+    parser.add_argument("--excitation-condition-cap", type=_condition_cap, default="auto", metavar="F",
+                        help="hold the optimized excitation's condition number (unit-norm columns) under F times the "
+                             "median of ten multisines' ('off': no cap; default: 0.4 for the payload and d_optimal "
+                             "criteria, none for the others)")
     parser.add_argument("--excitation-clearance", type=_clearance, default=0.01, metavar="M",
                         help="smallest distance kept between the model's collision geoms by the optimized excitation, "
                              "m (default 0.01; 'off' ignores collision geometry)")
@@ -152,9 +156,24 @@ def _clearance(text: str):
     return value
 
 
+def _condition_cap(text: str):
+    """--excitation-condition-cap: a fraction > 0 of the multisines' median, 'off' (None) or 'auto'."""
+    word = text.strip().lower()
+    if word in ("off", "auto"):
+        return None if word == "off" else word
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a fraction > 0 of the multisines' condition number, "
+                                         f"'off' or 'auto', got {text}")
+    return value
+
+
 # options of the simulated excitation: meaningless with --recording
 _SIMULATION_OPTIONS = ("duration", "sample_rate", "source", "excitation", "excitation_criterion",
-                       "excitation_time_limit", "excitation_clearance", "save_trajectory",
+                       "excitation_time_limit", "excitation_clearance", "excitation_condition_cap", "save_trajectory",
                        "trajectory", "noise_scale", "max_velocity", "export_damiao", "motor_type")
 
 
@@ -389,6 +408,13 @@ def _multisine(args: argparse.Namespace, robot, duration: float, seed: int):
     return plan
 
 
+def _cap_arguments(cap) -> dict:
+    """optimize_excitation's cap arguments for --excitation-condition-cap ('auto', None or a fraction)."""
+    if isinstance(cap, float):
+        return {"condition_cap": "multisine", "cap_fraction": cap}
+    return {"condition_cap": cap}
+
+
 def _cap_text(design) -> str:
     """', cap C (a share of the multisines' R)' for a design held under a condition cap, else ''."""
     if design.condition_cap is None:
@@ -409,7 +435,8 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
         if not target.resolve().parent.is_dir():
             raise SysidError(f"--save-trajectory: directory {target.parent} does not exist")
     if args.excitation != "optimized":
-        given = [f"--{name.replace('_', '-')}" for name in ("excitation_criterion", "excitation_clearance")
+        given = [f"--{name.replace('_', '-')}"
+                 for name in ("excitation_criterion", "excitation_clearance", "excitation_condition_cap")
                  if getattr(args, name) != build_parser().get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)}: for --excitation optimized only")
@@ -434,7 +461,8 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
         design = optimize_excitation(
             robot, args.duration, args.sample_rate, seed=args.seed, time_limit_s=args.excitation_time_limit,
             max_velocity=args.max_velocity, torque_limits=torque, criterion=args.excitation_criterion,
-            min_clearance=args.excitation_clearance, workers=workers, config=config)
+            min_clearance=args.excitation_clearance, workers=workers, config=config,
+            **_cap_arguments(args.excitation_condition_cap))
         clearance = ("" if design.min_clearance is None else
                      f", geoms {design.min_clearance * 1000:.0f} mm apart or more")
         print(f"  {design.criterion} criterion {design.criterion_value:.3f} (best start "

@@ -187,6 +187,12 @@ def test_default_criterion_fits_the_scope(planar):
     design = optimize_excitation(planar, 4.0, 100.0, base_frequency=0.5, n_harmonics=3, seed=0, max_restarts=1,
                                  max_iterations=3, time_limit_s=30.0)
     assert design.criterion == "payload"
+    # held under the cap, as d_optimal: the terminal scope's condition number is set by the joints'
+    # Coulomb and viscous pairs, which the payload's information alone leaves near a sinusoid's
+    assert design.condition_cap == pytest.approx(CONDITION_CAP_FRACTION * design.reference_condition, rel=1e-12)
+    plain = optimize_excitation(planar, 4.0, 100.0, criterion="condition", base_frequency=0.5, n_harmonics=3, seed=0,
+                                max_restarts=1, max_iterations=3, time_limit_s=30.0)
+    assert plain.condition_cap is None and plain.reference_condition is None
 
 
 def test_search_never_returns_worse_than_its_best_start():
@@ -255,8 +261,38 @@ def test_condition_cap_is_held_and_never_costs_the_best_start(planar):
         torque_limits=[25.0, 8.0], usage=TORQUE_SHARE)[0], FULL)[1] for s in range(CAP_MULTISINE_SEEDS)]
     assert auto.reference_condition == pytest.approx(np.median(multisines), rel=1e-9)
     assert auto.condition_cap == pytest.approx(CONDITION_CAP_FRACTION * np.median(multisines), rel=1e-12)
+    looser = optimize_excitation(planar, 6.0, 500.0, **dict(kwargs, max_restarts=1, max_iterations=1, cap_fraction=0.7))
+    assert looser.condition_cap == pytest.approx(0.7 * np.median(multisines), rel=1e-12)
+    with pytest.raises(ValueError, match="cap_fraction"):
+        optimize_excitation(planar, 6.0, 500.0, **dict(kwargs, cap_fraction=float("nan")))
     with pytest.raises(ValueError, match="condition_cap"):
         optimize_excitation(planar, 6.0, 500.0, condition_cap=0.5, **kwargs)
+
+
+def test_out_and_back_starts_dwell_where_random_coefficients_do_not(planar):
+    """Under a cap in the terminal scope, whose condition number each joint's Coulomb and viscous
+    columns bound by sqrt((1 + rho) / (1 - rho)), rho = mean |dq| / RMS dq, half the random starts
+    are out-and-back motions. Their velocities, evaluated here from the series on a fine grid, dwell
+    near zero: the pairs are below the 2.2 that halving a sinusoid's 4.4 needs, where random
+    coefficients' are near a Gaussian's 3. Elsewhere the starts stay random coefficients."""
+    from sysid_core.excitation import design as D
+    n, start = planar.n_joints, np.zeros(planar.n_joints)
+    args = (np.ones(3), np.ones(n), 8, 0.1, start, np.full(n, -np.pi), np.full(n, np.pi), np.full(n, 2.0),
+            np.full(n, 10.0), np.full(n, np.inf), None)
+    problem = D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=3.0)
+    assert problem.dwell_starts
+    assert not D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=None).dwell_starts
+    assert not D._Problem(planar, FULL, "d_optimal", *args, condition_cap=3.0).dwell_starts
+    gen, time = np.random.default_rng(0), np.arange(4000) * 10.0 / 4000
+
+    def pairs(coords):
+        dq = rest_to_rest_series(coords, start, 0.1).evaluate(time)[1]
+        rho = np.mean(np.abs(dq), axis=0) / np.sqrt(np.mean(dq ** 2, axis=0))
+        return np.sqrt((1 + rho) / (1 - rho))
+    dwelling = np.concatenate([pairs(problem._dwelling(gen)) for _ in range(40)])
+    random = np.concatenate([pairs(gen.standard_normal((n, 14))) for _ in range(40)])
+    assert np.median(dwelling) < 2.0 and np.percentile(dwelling, 90) < 2.2
+    assert np.median(random) > 2.7
 
 
 def test_two_processes_find_what_one_finds(planar):
@@ -414,12 +450,28 @@ def test_cli_optimized_excitation_saved_and_replayed(tmp_path, capsys):
     again = json.loads((tmp_path / "b" / "params.json").read_text())
     assert again["condition_number"] == pytest.approx(first["condition_number"], rel=1e-9)
 
+    options = ["--excitation", "optimized", "--excitation-time-limit", "1", "--output-dir", str(tmp_path / "c")]
+    assert main(base + options + ["--excitation-condition-cap", "0.6"]) == 0
+    assert "60% of the multisines'" in capsys.readouterr().out
+    assert main(base + options + ["--excitation-condition-cap", "off"]) == 0
+    assert "; cap" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["0", "-0.4", "nan", "inf", "half"])
+def test_cli_refuses_a_condition_cap_that_is_no_fraction(capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(PLANAR), "--excitation", "optimized", "--excitation-condition-cap", value])
+    assert exit_info.value.code == 2
+    assert f"must be a fraction > 0 of the multisines' condition number, 'off' or 'auto', got {value}" in \
+        capsys.readouterr().err
+
 
 @pytest.mark.parametrize("extra, pattern", [
     (["--trajectory", "TRAJ", "--excitation", "optimized"], "leave out --excitation"),
     (["--trajectory", "/nonexistent/plan.csv"], "not found"),
     (["--save-trajectory", "OUT/plan.txt"], ".json or .csv"),
     (["--excitation-criterion", "d_optimal"], "for --excitation optimized only"),
+    (["--excitation-condition-cap", "off"], "--excitation-condition-cap: for --excitation optimized only"),
 ])
 def test_cli_excitation_errors(tmp_path, capsys, sample_trajectory, extra, pattern):
     traj = save_trajectory(tmp_path / "plan.csv", sample_trajectory, ["joint1", "joint2"])

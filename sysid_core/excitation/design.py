@@ -22,11 +22,14 @@ Condition cap. D-optimality maximises the volume of the information, not its sma
 direction: on most 6- and 7-joint arms it left the base regressor's condition number with
 unit-norm columns (what the identification reports) at 0.5-0.8 of the multisine's, and the
 condition number itself, minimised, gives worse estimates (Panda: base-parameter error 0.73
-times the multisine's against D-optimality's 0.40) and is not smooth. So ``d_optimal`` keeps its
-criterion and holds a smooth upper bound of that condition number (``criteria.log_condition_bound``)
-under a cap, CONDITION_CAP_FRACTION of the median of the CLI's multisines, as one more SLSQP
-constraint: D-optimality within the cap. Points are ranked by the criterion plus a penalty over
-the cap, so a start over it still counts and the result is never worse than the best start.
+times the multisine's against D-optimality's 0.40) and is not smooth. So ``d_optimal`` and
+``payload`` keep their criterion and hold a smooth upper bound of that condition number
+(``criteria.log_condition_bound``) under a cap, CONDITION_CAP_FRACTION of the median of the CLI's
+multisines, as one more SLSQP constraint: the criterion within the cap. Points are ranked by the
+criterion plus a penalty over the cap, so a start over it still counts and the result is never
+worse than the best start. In the terminal scope the condition number is set by each joint's
+Coulomb and viscous columns (README, Optimized excitation), which only velocities that dwell near
+zero bring under the cap: half the random starts there are such motions (DWELL_SHARE).
 
 Gradients. q, dq, ddq on the grid are linear in x (one joint's coordinates move that joint
 only), and each criterion gives its matrix gradient dV/dW; what remains is how the regressor
@@ -89,7 +92,7 @@ DEFAULT_CRITERIA = {"terminal": "payload", "full": "d_optimal"}
 # CONDITION_CAP_FRACTION of the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the same
 # duration, speed cap and torque limits (issue 16 asks for 0.5; the smooth bound and the design
 # grid are not the identification's samples, so the cap keeps a margin).
-CAPPED_CRITERIA = ("d_optimal",)
+CAPPED_CRITERIA = ("d_optimal", "payload")
 CONDITION_CAP_FRACTION = 0.4
 # The multisines' condition numbers scatter by a factor of 3 between seeds (Panda: 14-46): the
 # median of ten is stable. They are sampled at (at most) CAP_REFERENCE_RATE Hz: the multisine's
@@ -135,6 +138,16 @@ USAGE_NORM = 200.0
 # coefficient.
 START_USAGE = (0.3, 0.9)
 WARM_SPREAD = 0.3
+# Under a cap in the terminal scope, this share of the random starts are dwelling ones: each
+# joint goes out and back once a period, its velocity two Gaussian pulses of opposite sign at
+# random times, DWELL_WIDTH / (pi H) periods wide (one standard deviation), projected onto the
+# series. The cap there is set by each joint's Coulomb and viscous pair, sqrt((1 + rho) / (1 - rho))
+# with rho = mean |dq| / RMS dq (README, Optimized excitation): the velocities of random
+# coefficients are near Gaussian (pairs 2.2-3.8, median 3.0 with 8 harmonics), these dwell near
+# zero between the pulses (1.7-2.2, median 1.85; narrower pulses ring in the band, four pulses
+# dwell less: 2.2).
+DWELL_SHARE = 0.5
+DWELL_WIDTH = 0.8
 # The local search's first step moves x by this share of its size; points within NEAR_FEASIBLE of
 # the constraints (SLSQP approaches them from outside) are scaled into them to count.
 STEP_FRACTION = 0.1
@@ -437,6 +450,9 @@ class _Problem:
         # the cap on the unit-norm-column condition number: a constraint for SLSQP, a penalty
         # in the value that ranks points (so a start over the cap still counts)
         self.log_cap = None if condition_cap is None else float(np.log(condition_cap))
+        # in the terminal scope the cap binds hardest (the joints' friction pairs): dwelling starts,
+        # and a local search from over the cap first brings the bound under it (``_under_cap``)
+        self.dwell_starts = self.cap_first = self.log_cap is not None and config.scope == "terminal"
         # the terminal body's columns come first in the terminal scope
         self.interest = np.flatnonzero(self.base.independent < 10) if criterion == "payload" else None
         self.scale = self._reference_scale()
@@ -729,7 +745,8 @@ class _Problem:
         then scaled toward rest (bisection on a common factor) until the torques and the
         clearance hold. Raises multistart.OutOfTime past the deadline."""
         if incumbent is None:
-            coords = gen.standard_normal((self.n, self.dim_joint))
+            dwell = self.dwell_starts and gen.uniform() < DWELL_SHARE
+            coords = self._dwelling(gen) if dwell else gen.standard_normal((self.n, self.dim_joint))
             u, _ = self.usage(coords.reshape(-1))
             target = gen.uniform(*START_USAGE, self.n)
         else:
@@ -740,6 +757,17 @@ class _Problem:
             target = np.minimum(u, 1.0)
         coords = coords * np.where(u > 0, target / np.where(u > 0, u, 1.0), 1.0)[:, None]
         return self._scaled_into_limits(coords.reshape(-1))
+
+    def _dwelling(self, gen: np.random.Generator) -> np.ndarray:
+        """Coordinates (n, d) of an out-and-back motion per joint: velocity pulses of opposite sign
+        at random times (DWELL_WIDTH), least squares on the criterion grid."""
+        vel_map = self.maps[1]
+        phase = (np.arange(vel_map.shape[0]) + 0.5) / vel_map.shape[0]    # the grid, in periods
+        width = DWELL_WIDTH / (np.pi * (self.dim_joint // 2 + 1))
+        times = gen.uniform(0.0, 1.0, (2, self.n))
+        offset = (phase[:, None, None] - times[None] + 0.5) % 1.0 - 0.5      # periodic distance (G, 2, n)
+        targets = np.einsum("gkn,k->gn", np.exp(-0.5 * (offset / width) ** 2), np.array([1.0, -1.0]))
+        return np.linalg.lstsq(vel_map, targets, rcond=None)[0].T
 
     def local_search(self, x0: np.ndarray, max_iterations: int, deadline: float):
         """SLSQP from x0 until it converges, ``max_iterations`` or the deadline.
@@ -760,6 +788,8 @@ class _Problem:
             entry = self._point(x0)  # the start counts even if the budget ends in its first gradient
             if np.all(entry["limits"] >= -_FEASIBLE_TOL):
                 start_value = entry["value"]
+            if self.cap_first and entry["constraints"][-1] < 0:
+                x0 = self._under_cap(x0, max_iterations // 2, count)
             entry = self._gradients(x0)
             size = np.linalg.norm(entry["grad"])
             factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
@@ -779,6 +809,37 @@ class _Problem:
             if value < best_value:
                 best_value, best_x = value, repaired
         return x0, start_value, best_x, best_value, counter["nit"], self.evaluations, message
+
+    def _under_cap(self, x0: np.ndarray, max_iterations: int, callback) -> np.ndarray:
+        """Phase one of a local search that starts over the cap: SLSQP on the cap's bound alone,
+        within the limits, until a point is under the cap or ``max_iterations``. Returns where it
+        ended (every point it saw is ranked as usual)."""
+        import scipy.optimize
+
+        def excess(x):
+            return -self._point(x)["constraints"][-1]
+
+        def excess_grad(x):
+            return -self._gradients(x)["jac"][-1]
+
+        def stop(x):
+            callback(x)
+            if excess(x) <= 0:
+                raise _UnderCap(np.array(x, dtype=float))
+        size = np.linalg.norm(excess_grad(x0))
+        factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
+        try:
+            return scipy.optimize.minimize(
+                lambda x: factor * excess(x), x0, jac=lambda x: factor * excess_grad(x), method="SLSQP",
+                callback=stop, options={"maxiter": max_iterations, "ftol": 1e-6 * factor},
+                constraints=[{"type": "ineq", "fun": lambda x: self._point(x)["limits"],
+                              "jac": lambda x: self._gradients(x)["jac"][:-1]}]).x
+        except _UnderCap as under:
+            return under.args[0]
+
+
+class _UnderCap(Exception):
+    """Ends a local search's phase one at the first point under the cap."""
 
 
 def _limit_usage(robot, trajectory, lower, upper, v_max, a_max, tau_max, clearance) -> tuple[dict, float | None]:
@@ -814,7 +875,8 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
                         min_clearance: float | None = DEFAULT_CLEARANCE, weights=(1.0, 1.0, 1.0),
                         joint_noise_std=None, seed=None, time_limit_s: float = 60.0,
                         max_restarts: int | None = None, max_iterations: int = 100,
-                        workers: int = 1, condition_cap="auto") -> ExcitationDesign:
+                        workers: int = 1, condition_cap="auto",
+                        cap_fraction: float = CONDITION_CAP_FRACTION) -> ExcitationDesign:
     """Fourier excitation of ``duration`` s at ``sample_rate`` Hz that tells the most about the
     parameters ``config`` identifies.
 
@@ -851,10 +913,11 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     condition_cap: the largest condition number of the base regressor with unit-norm columns
     (what the identification reports) the design may have, held as a constraint on a smooth
     bound of it (``criteria.log_condition_bound``) and, where no search meets it, a penalty
-    in the value that ranks the designs: a number > 1, ``"multisine"`` (CONDITION_CAP_FRACTION
-    times the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the same duration, rate,
-    speed cap and torque limits, ``multisine_condition``), None (no cap), or ``"auto"``:
-    ``"multisine"`` for the criteria of CAPPED_CRITERIA (``d_optimal``), None for the others.
+    in the value that ranks the designs: a number > 1, ``"multisine"`` (``cap_fraction``, default
+    CONDITION_CAP_FRACTION, times the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the
+    same duration, rate, speed cap and torque limits, ``multisine_condition``), None (no cap), or
+    ``"auto"``: ``"multisine"`` for the criteria of CAPPED_CRITERIA (``d_optimal``, ``payload``),
+    None for the others.
     Returns an ExcitationDesign. Raises ValueError for bad arguments, including a start pose
     whose gravity torque already exceeds the torque limits or whose geoms are nearer than
     ``min_clearance``.
@@ -892,6 +955,8 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
         raise ValueError(f"workers must be 1 or 2, got {workers}")
     if not 0 < torque_share <= 1:
         raise ValueError(f"torque_share must be in (0, 1], got {torque_share}")
+    if not (np.isfinite(cap_fraction) and cap_fraction > 0):
+        raise ValueError(f"cap_fraction must be a finite number > 0, got {cap_fraction}")
     if not np.isfinite(position_margin) or position_margin < 0:
         raise ValueError(f"position_margin must be >= 0 rad, got {position_margin}")
     n = robot.n_joints
@@ -954,7 +1019,7 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
                              f"got '{condition_cap}'")
         reference = multisine_condition(robot, duration, min(sample_rate, CAP_REFERENCE_RATE), config,
                                         max_velocity=v_max, torque_limits=tau_max, torque_share=torque_share)
-        condition_cap = CONDITION_CAP_FRACTION * reference
+        condition_cap = cap_fraction * reference
     if condition_cap is not None:
         condition_cap = float(condition_cap)
         if not condition_cap > 1:  # also refuses nan; inf is no cap
