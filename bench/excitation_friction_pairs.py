@@ -11,7 +11,7 @@ keeps them, or designed here), the whole matrix's condition number, each joint's
 the formula's for the largest, and whether the bound holds. Asserts nothing.
 
 Run: ``.venv/bin/python bench/excitation_friction_pairs.py [--arm panda] [--seeds 3]
-[--criteria payload condition] [--cache /tmp/excitation_designs]``.
+[--criteria payload condition] [--condition-cap auto|off|F] [--cache /tmp/excitation_designs]``.
 """
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ def main(argv=None) -> int:
     parser.add_argument("--criteria", nargs="+", default=["payload", "condition"], choices=CRITERIA)
     parser.add_argument("--cache", type=Path, default=None, help="bench/excitation_quality.py's design directory")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT)
+    parser.add_argument("--condition-cap", default="auto",
+                        help="the designs' condition cap: auto, off or a fraction, as bench/excitation_quality.py's")
     args = parser.parse_args(argv)
     args.duration = DURATION
     robot = load_robot(arm(args.arm).path)

@@ -187,12 +187,12 @@ def test_default_criterion_fits_the_scope(planar):
     design = optimize_excitation(planar, 4.0, 100.0, base_frequency=0.5, n_harmonics=3, seed=0, max_restarts=1,
                                  max_iterations=3, time_limit_s=30.0)
     assert design.criterion == "payload"
-    # held under the cap, as d_optimal: the terminal scope's condition number is set by the joints'
-    # Coulomb and viscous pairs, which the payload's information alone leaves near a sinusoid's
-    assert design.condition_cap == pytest.approx(CONDITION_CAP_FRACTION * design.reference_condition, rel=1e-12)
-    plain = optimize_excitation(planar, 4.0, 100.0, criterion="condition", base_frequency=0.5, n_harmonics=3, seed=0,
-                                max_restarts=1, max_iterations=3, time_limit_s=30.0)
-    assert plain.condition_cap is None and plain.reference_condition is None
+    # no cap unless asked: in the terminal scope a cap costs the payload's information (README)
+    assert design.condition_cap is None and design.reference_condition is None
+    capped = optimize_excitation(planar, 4.0, 100.0, base_frequency=0.5, n_harmonics=3, seed=0, max_restarts=1,
+                                 max_iterations=3, time_limit_s=30.0, condition_cap="multisine", cap_fraction=0.5)
+    assert capped.criterion == "payload"
+    assert capped.condition_cap == pytest.approx(0.5 * capped.reference_condition, rel=1e-12)
 
 
 def test_search_never_returns_worse_than_its_best_start():
@@ -293,6 +293,30 @@ def test_out_and_back_starts_dwell_where_random_coefficients_do_not(planar):
     random = np.concatenate([pairs(gen.standard_normal((n, 14))) for _ in range(40)])
     assert np.median(dwelling) < 2.0 and np.percentile(dwelling, 90) < 2.2
     assert np.median(random) > 2.7
+
+
+def test_a_terminal_search_from_over_the_cap_first_brings_the_bound_under_it(planar):
+    """Phase one of a terminal-scope local search that starts over the cap: SLSQP on the cap's
+    bound alone ends at the first point under the cap, within every limit; where the cap is out
+    of reach it still ends far below where it began. The bound is read back from the problem's
+    constraint (log cap - bound), the limits from its own slacks."""
+    from sysid_core.excitation import design as D
+    n, start = planar.n_joints, np.zeros(planar.n_joints)
+    args = (np.ones(3), np.ones(n), 6, 0.25, start, np.full(n, -np.pi), np.full(n, np.pi), np.full(n, 2.0),
+            np.full(n, 10.0), np.full(n, np.inf), None)
+    for cap in (3.0, 2.5, 2.0):
+        problem = D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=cap)
+        assert problem.cap_first
+        x0 = problem.start(np.random.default_rng(1))
+        bound0 = cap * np.exp(-problem._point(x0)["constraints"][-1])
+        x = problem._under_cap(x0, 50, lambda _x: None)
+        end = problem._point(x)
+        bound = cap * np.exp(-end["constraints"][-1])
+        assert bound0 > 3.5 and np.all(end["limits"] >= 0)
+        if cap > 2.2:
+            assert cap - 0.1 < bound <= cap  # stopped at the first point under the cap
+        else:
+            assert bound < 0.7 * bound0
 
 
 def test_two_processes_find_what_one_finds(planar):

@@ -22,14 +22,16 @@ Condition cap. D-optimality maximises the volume of the information, not its sma
 direction: on most 6- and 7-joint arms it left the base regressor's condition number with
 unit-norm columns (what the identification reports) at 0.5-0.8 of the multisine's, and the
 condition number itself, minimised, gives worse estimates (Panda: base-parameter error 0.73
-times the multisine's against D-optimality's 0.40) and is not smooth. So ``d_optimal`` and
-``payload`` keep their criterion and hold a smooth upper bound of that condition number
-(``criteria.log_condition_bound``) under a cap, CONDITION_CAP_FRACTION of the median of the CLI's
-multisines, as one more SLSQP constraint: the criterion within the cap. Points are ranked by the
-criterion plus a penalty over the cap, so a start over it still counts and the result is never
-worse than the best start. In the terminal scope the condition number is set by each joint's
-Coulomb and viscous columns (README, Optimized excitation), which only velocities that dwell near
-zero bring under the cap: half the random starts there are such motions (DWELL_SHARE).
+times the multisine's against D-optimality's 0.40) and is not smooth. So ``d_optimal`` keeps its
+criterion and holds a smooth upper bound of that condition number (``criteria.log_condition_bound``)
+under a cap, CONDITION_CAP_FRACTION of the median of the CLI's multisines, as one more SLSQP
+constraint: D-optimality within the cap. Points are ranked by the criterion plus a penalty over
+the cap, so a start over it still counts and the result is never worse than the best start.
+``payload`` takes a cap only when asked: in the terminal scope the condition number is set by each
+joint's Coulomb and viscous columns (README, Optimized excitation), which only velocities that
+dwell near zero bring under a cap, and that motion tells less about the payload than the
+multisine on half the corpus's arms. Under a cap there, half the random starts are such motions
+(DWELL_SHARE) and a local search from over the cap first brings the bound under it.
 
 Gradients. q, dq, ddq on the grid are linear in x (one joint's coordinates move that joint
 only), and each criterion gives its matrix gradient dV/dW; what remains is how the regressor
@@ -92,7 +94,7 @@ DEFAULT_CRITERIA = {"terminal": "payload", "full": "d_optimal"}
 # CONDITION_CAP_FRACTION of the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the same
 # duration, speed cap and torque limits (issue 16 asks for 0.5; the smooth bound and the design
 # grid are not the identification's samples, so the cap keeps a margin).
-CAPPED_CRITERIA = ("d_optimal", "payload")
+CAPPED_CRITERIA = ("d_optimal",)
 CONDITION_CAP_FRACTION = 0.4
 # The multisines' condition numbers scatter by a factor of 3 between seeds (Panda: 14-46): the
 # median of ten is stable. They are sampled at (at most) CAP_REFERENCE_RATE Hz: the multisine's
@@ -788,14 +790,15 @@ class _Problem:
             entry = self._point(x0)  # the start counts even if the budget ends in its first gradient
             if np.all(entry["limits"] >= -_FEASIBLE_TOL):
                 start_value = entry["value"]
+            x = x0  # phase one moves it; x0 stays the start the search reports
             if self.cap_first and entry["constraints"][-1] < 0:
-                x0 = self._under_cap(x0, max_iterations // 2, count)
-            entry = self._gradients(x0)
+                x = self._under_cap(x0, max_iterations // 2, count)
+            entry = self._gradients(x)
             size = np.linalg.norm(entry["grad"])
-            factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
+            factor = STEP_FRACTION * max(np.linalg.norm(x), 1e-3) / size if size > 0 else 1.0
             import scipy.optimize  # imported by design() already: a name here, not a load
             result = scipy.optimize.minimize(
-                lambda x: factor * self.fun(x), x0, jac=lambda x: factor * self.jac(x), method="SLSQP",
+                lambda x: factor * self.fun(x), x, jac=lambda x: factor * self.jac(x), method="SLSQP",
                 callback=count, options={"maxiter": max_iterations, "ftol": 1e-6 * factor},
                 constraints=[{"type": "ineq", "fun": self.constraints, "jac": self.constraints_jac}])
             message = str(result.message)
@@ -916,8 +919,8 @@ def optimize_excitation(robot: Robot, duration: float, sample_rate: float, *,
     in the value that ranks the designs: a number > 1, ``"multisine"`` (``cap_fraction``, default
     CONDITION_CAP_FRACTION, times the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the
     same duration, rate, speed cap and torque limits, ``multisine_condition``), None (no cap), or
-    ``"auto"``: ``"multisine"`` for the criteria of CAPPED_CRITERIA (``d_optimal``, ``payload``),
-    None for the others.
+    ``"auto"``: ``"multisine"`` for the criteria of CAPPED_CRITERIA (``d_optimal``), None for the
+    others (``payload``: see the module docstring).
     Returns an ExcitationDesign. Raises ValueError for bad arguments, including a start pose
     whose gravity torque already exceeds the torque limits or whose geoms are nearer than
     ``min_clearance``.
