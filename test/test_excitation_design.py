@@ -280,9 +280,9 @@ def test_out_and_back_starts_dwell_where_random_coefficients_do_not(planar):
     args = (np.ones(3), np.ones(n), 8, 0.1, start, np.full(n, -np.pi), np.full(n, np.pi), np.full(n, 2.0),
             np.full(n, 10.0), np.full(n, np.inf), None)
     problem = D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=3.0)
-    assert problem.dwell_starts
-    assert not D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=None).dwell_starts
-    assert not D._Problem(planar, FULL, "d_optimal", *args, condition_cap=3.0).dwell_starts
+    assert problem.terminal_cap
+    assert not D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=None).terminal_cap
+    assert not D._Problem(planar, FULL, "d_optimal", *args, condition_cap=3.0).terminal_cap
     gen, time = np.random.default_rng(0), np.arange(4000) * 10.0 / 4000
 
     def pairs(coords):
@@ -306,7 +306,7 @@ def test_a_terminal_search_from_over_the_cap_first_brings_the_bound_under_it(pla
             np.full(n, 10.0), np.full(n, np.inf), None)
     for cap in (3.0, 2.5, 2.0):
         problem = D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=cap)
-        assert problem.cap_first
+        assert problem.terminal_cap
         x0 = problem.start(np.random.default_rng(1))
         bound0 = cap * np.exp(-problem._point(x0)["constraints"][-1])
         x = problem._under_cap(x0, 50, lambda _x: None)

@@ -454,7 +454,7 @@ class _Problem:
         self.log_cap = None if condition_cap is None else float(np.log(condition_cap))
         # in the terminal scope the cap binds hardest (the joints' friction pairs): dwelling starts,
         # and a local search from over the cap first brings the bound under it (``_under_cap``)
-        self.dwell_starts = self.cap_first = self.log_cap is not None and config.scope == "terminal"
+        self.terminal_cap = self.log_cap is not None and config.scope == "terminal"
         # the terminal body's columns come first in the terminal scope
         self.interest = np.flatnonzero(self.base.independent < 10) if criterion == "payload" else None
         self.scale = self._reference_scale()
@@ -747,7 +747,7 @@ class _Problem:
         then scaled toward rest (bisection on a common factor) until the torques and the
         clearance hold. Raises multistart.OutOfTime past the deadline."""
         if incumbent is None:
-            dwell = self.dwell_starts and gen.uniform() < DWELL_SHARE
+            dwell = self.terminal_cap and gen.uniform() < DWELL_SHARE
             coords = self._dwelling(gen) if dwell else gen.standard_normal((self.n, self.dim_joint))
             u, _ = self.usage(coords.reshape(-1))
             target = gen.uniform(*START_USAGE, self.n)
@@ -791,7 +791,7 @@ class _Problem:
             if np.all(entry["limits"] >= -_FEASIBLE_TOL):
                 start_value = entry["value"]
             x = x0  # phase one moves it; x0 stays the start the search reports
-            if self.cap_first and entry["constraints"][-1] < 0:
+            if self.terminal_cap and entry["constraints"][-1] < 0:
                 x = self._under_cap(x0, max_iterations // 2, count)
             entry = self._gradients(x)
             size = np.linalg.norm(entry["grad"])
