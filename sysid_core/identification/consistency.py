@@ -100,11 +100,18 @@ def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray, floor: np.nda
     chol_ok = np.all(np.linalg.eigvalsh(pseudo)[:, 0] > 0) and np.all(x > 0)
     if not chol_ok:
         return None
-    value = -np.sum(np.linalg.slogdet(pseudo)[1]) - np.sum(np.log(x))
-    inv = np.linalg.inv(pseudo)
-    m = np.einsum("bij,kjl->bkil", inv, _BASIS)  # J^-1 dJ/dtheta_k
+    try:
+        chol = np.linalg.cholesky(pseudo)
+    except np.linalg.LinAlgError:  # an eigenvalue that rounds to zero
+        return None
+    value = -2.0 * np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))) - np.sum(np.log(x))
+    # M_k = L^-1 dJ/dtheta_k L^-T, symmetric: tr(J^-1 dJ_k) = tr(M_k), tr(J^-1 dJ_k J^-1 dJ_l) =
+    # sum(M_k * M_l). A Gram matrix, so the Hessian stays positive semidefinite to rounding even
+    # next to the boundary, where J^-1 dJ_k J^-1 dJ_l came out with diagonals of -1e33
+    inv_chol = np.linalg.inv(chol)
+    m = np.einsum("bij,kjl,bml->bkim", inv_chol, _BASIS, inv_chol)
     grad_bodies = -np.einsum("bkii->bk", m)
-    hess_bodies = np.einsum("bkij,blji->bkl", m, m)
+    hess_bodies = np.einsum("bkij,blij->bkl", m, m)
     grad = np.concatenate([grad_bodies.reshape(-1), np.where(signed, -1.0 / x, 0.0)])
     hess = np.zeros((theta.size, theta.size))
     for b, block in enumerate(hess_bodies):  # block diagonal: a body's and each joint term's own
@@ -159,6 +166,8 @@ def consistent_parameters(projection: np.ndarray, beta: np.ndarray, covariance: 
             hess = 2.0 * gram + mu * hess_b
             d = 1.0 / np.sqrt(np.diag(hess))  # Jacobi scaling: the data weights span many decades
             step = -d * np.linalg.solve(hess * d[:, None] * d[None, :], d * grad)
+            if not np.all(np.isfinite(step)):  # a Newton system past solving: keep the last iterate
+                break
             decrement = -grad @ step
             if decrement < 1e-3 * mu * len(theta):  # a small fraction of the barrier's gap
                 break
