@@ -630,7 +630,7 @@ class _Stream:
                 inertial_i, known_i = _inertial_columns(self.robot, self.config, samples.q, samples.dq, ddq)
                 joint_i, joint_known_i = _joint_columns(self.robot, self.config, samples.q, samples.dq, ddq,
                                                         nonlinear, constraint, part)
-                other = [columns + (assemble(inertial_i, joint_i) - assemble(inertial, joint)),
+                other = [columns + assemble(inertial_i - inertial, joint_i - joint),
                          target - (known_i - known) - (joint_known_i - joint_known)]
             if resolved is not None:
                 kept = resolved[start:start + samples.n_samples]
