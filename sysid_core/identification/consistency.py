@@ -96,15 +96,16 @@ def _barrier(theta: np.ndarray, n_bodies: int, signed: np.ndarray, floor: np.nda
     joint = theta[10 * n_bodies:]
     # unconstrained terms (offsets) enter as 1: log 1 = 0, and their derivatives are zeroed
     x = np.where(signed, joint, 1.0)
-    pseudo = pseudo_inertia(bodies) - floor
-    chol_ok = np.all(np.linalg.eigvalsh(pseudo)[:, 0] > 0) and np.all(x > 0)
-    if not chol_ok:
+    if not np.all(x > 0):
         return None
-    try:
-        chol = np.linalg.cholesky(pseudo)
-    except np.linalg.LinAlgError:  # an eigenvalue that rounds to zero
+    try:  # the domain: every J - F positive definite, as Cholesky finds it
+        chol = np.linalg.cholesky(pseudo_inertia(bodies) - floor)
+    except np.linalg.LinAlgError:
         return None
-    value = -2.0 * np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))) - np.sum(np.log(x))
+    diagonal = np.diagonal(chol, axis1=1, axis2=2)
+    if not np.all(diagonal > 0):  # NaN: Cholesky passes it through without raising
+        return None
+    value = -2.0 * np.sum(np.log(diagonal)) - np.sum(np.log(x))
     # M_k = L^-1 dJ/dtheta_k L^-T, symmetric: tr(J^-1 dJ_k) = tr(M_k), tr(J^-1 dJ_k J^-1 dJ_l) =
     # sum(M_k * M_l). A Gram matrix, so the Hessian stays positive semidefinite to rounding even
     # next to the boundary, where J^-1 dJ_k J^-1 dJ_l came out with diagonals of -1e33
