@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "test"))
 
 from arm_corpus import arm  # noqa: E402
 from excitation_quality import DURATION, TIME_LIMIT, optimized, slowed_multisine  # noqa: E402
+from sysid_core.cli import _condition_cap  # noqa: E402 (the CLI's --excitation-condition-cap)
 from sysid_core.dynamics.friction import JointModel  # noqa: E402
 from sysid_core.dynamics.model import load_robot  # noqa: E402
 from sysid_core.excitation.criteria import CRITERIA  # noqa: E402
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--criteria", nargs="+", default=["payload", "condition"], choices=CRITERIA)
     parser.add_argument("--cache", type=Path, default=None, help="bench/excitation_quality.py's design directory")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT)
-    parser.add_argument("--condition-cap", default="auto",
+    parser.add_argument("--condition-cap", type=_condition_cap, default="auto",
                         help="the designs' condition cap: auto, off or a fraction, as bench/excitation_quality.py's")
     args = parser.parse_args(argv)
     args.duration = DURATION

@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))  # the corpus and its payload helper
 
 from arm_corpus import ARMS, arm, with_payload  # noqa: E402
+from sysid_core.cli import _cap_arguments, _condition_cap  # noqa: E402 (the CLI's --excitation-condition-cap)
 from sysid_core.dynamics.friction import JointModel  # noqa: E402
 from sysid_core.dynamics.inertia import to_com_inertia  # noqa: E402
 from sysid_core.dynamics.model import load_robot  # noqa: E402
@@ -84,7 +85,8 @@ def optimized(name, robot, config, criterion, seed, args, workers):
     path = None
     if args.cache is not None:
         args.cache.mkdir(parents=True, exist_ok=True)
-        cap = {"auto": "", "off": "_nocap"}.get(args.condition_cap, f"_cap{args.condition_cap}")
+        cap = (f"_cap{args.condition_cap:g}" if isinstance(args.condition_cap, float) else
+               "" if args.condition_cap == "auto" else "_nocap")
         path = args.cache / f"{name}_{config.scope}_{criterion}_{seed}_{args.duration:g}s_{args.time_limit:g}s{cap}.npz"
         if path.is_file():
             data = np.load(path)
@@ -92,19 +94,12 @@ def optimized(name, robot, config, criterion, seed, args, workers):
     started = time.perf_counter()
     design = optimize_excitation(robot, args.duration, SAMPLE_RATE, config=config, criterion=criterion, seed=seed,
                                  time_limit_s=args.time_limit, max_velocity=MAX_VELOCITY, workers=workers,
-                                 **cap_arguments(args.condition_cap))
+                                 **_cap_arguments(args.condition_cap))
     wall = time.perf_counter() - started
     plan = design.trajectory
     if path is not None:
         np.savez_compressed(path, time=plan.time, q=plan.q, dq=plan.dq, ddq=plan.ddq, wall=wall)
     return plan, wall
-
-
-def cap_arguments(cap: str) -> dict:
-    """optimize_excitation's cap arguments for --condition-cap auto, off or a fraction."""
-    if cap in ("auto", "off"):
-        return {"condition_cap": "auto" if cap == "auto" else None}
-    return {"condition_cap": "multisine", "cap_fraction": float(cap)}
 
 
 def recording(truth, plan, source: str, noise_std: float, seed: int) -> Recording:
@@ -200,7 +195,7 @@ def main(argv=None) -> int:
                         help="truth torques: MuJoCo's inverse dynamics (default) or the identification model's")
     parser.add_argument("--criteria", nargs="+", default=["default"], choices=("default",) + CRITERIA,
                         help="optimizer criteria to compare; 'default' is the scope's default criterion (the default)")
-    parser.add_argument("--condition-cap", default="auto",
+    parser.add_argument("--condition-cap", type=_condition_cap, default="auto",
                         help="auto: the criterion's default cap (d_optimal: 0.4 of the multisines' condition number, "
                              "payload: none); off: none; F: F times the multisines' (as --excitation-condition-cap)")
     parser.add_argument("--workers", type=int, default=None,
