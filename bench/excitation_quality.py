@@ -196,8 +196,8 @@ def main(argv=None) -> int:
     parser.add_argument("--criteria", nargs="+", default=["default"], choices=("default",) + CRITERIA,
                         help="optimizer criteria to compare; 'default' is the scope's default criterion (the default)")
     parser.add_argument("--condition-cap", type=_condition_cap, default="auto",
-                        help="auto: the criterion's default cap (d_optimal: 0.4 of the multisines' condition number, "
-                             "payload: none); off: none; F: F times the multisines' (as --excitation-condition-cap)")
+                        help="auto: the criterion's default cap (d_optimal, payload: 0.4 of the multisines' condition "
+                             "number); off: none; F: F times the multisines' (as --excitation-condition-cap)")
     parser.add_argument("--workers", type=int, default=None,
                         help="optimizer processes, 1 or 2 (default: search_workers, as the CLI)")
     parser.add_argument("--conditioning-only", action="store_true", help="condition numbers only, no identification")

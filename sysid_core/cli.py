@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="wall-clock budget of the optimized excitation's search, s (default 60)")
     parser.add_argument("--excitation-condition-cap", type=_condition_cap, default="auto", metavar="F",
                         help="hold the optimized excitation's condition number (unit-norm columns) under F times the "
-                             "median of ten multisines' ('off': no cap; default: 0.4 for the d_optimal criterion, "
-                             "none for the others)")
+                             "median of ten multisines' ('off': no cap; default: 0.4 for the d_optimal and payload "
+                             "criteria, none for the others)")
     parser.add_argument("--excitation-clearance", type=_clearance, default=0.01, metavar="M",
                         help="smallest distance kept between the model's collision geoms by the optimized excitation, "
                              "m (default 0.01; 'off' ignores collision geometry)")

@@ -35,9 +35,9 @@ published on ``robot_description`` (see ``robot_description``).
 The excitation (parameter ``excitation``): ``multisine`` (random sinusoids scaled to
 ``amplitude_fraction`` of each joint's range and to ``max_velocity``, seeded by ``seed``);
 ``optimized`` (a Fourier series at rest at both ends that tells the most about the terminal
-body's parameters, within the joint range, ``max_velocity``, the model's actuator torque limits
-and its collision geometry; the search takes up to ``excitation_time_limit`` s when the model is
-loaded); ``file`` (replay
+body's parameters, its condition number held under 0.4 times the multisines', within the joint
+range, ``max_velocity``, the model's actuator torque limits and its collision geometry; the
+search takes up to ``excitation_time_limit`` s when the model is loaded); ``file`` (replay
 ``trajectory_file``, a .json or .csv written by ``sysid-identify --save-trajectory`` or
 ``save_trajectory``: resampled to ``rate_hz`` when its duration is a whole number of periods
 there, refused when not, when its joints differ from the model's, when it leaves the joint

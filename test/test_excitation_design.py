@@ -15,7 +15,7 @@ from sysid_core.cli import main
 from sysid_core.errors import DataError
 from sysid_core.excitation.multisine import multisine
 from sysid_core.excitation.design import (CAP_MULTISINE_SEEDS, CAP_REFERENCE_RATE, CONDITION_CAP_FRACTION,
-                                          TORQUE_SHARE, ExcitationDesign, actuator_torque_limits, default_criterion,
+                                          DEFAULT_HARMONICS, TERMINAL_CAP_HARMONICS, TORQUE_SHARE, ExcitationDesign, actuator_torque_limits, default_criterion,
                                           optimize_excitation, regressor_condition, rest_to_rest_series,
                                           slow_to_torque_limits)
 from sysid_core.dynamics.model import load_robot
@@ -184,15 +184,22 @@ def test_bad_arguments_are_refused(planar, kwargs, pattern):
 def test_default_criterion_fits_the_scope(planar):
     assert default_criterion(IdentificationConfig(scope="terminal")) == "payload"
     assert default_criterion(FULL) == "d_optimal"
-    design = optimize_excitation(planar, 4.0, 100.0, base_frequency=0.5, n_harmonics=3, seed=0, max_restarts=1,
-                                 max_iterations=3, time_limit_s=30.0)
+    kwargs = dict(base_frequency=0.5, seed=0, max_restarts=1, max_iterations=3, time_limit_s=30.0)
+    design = optimize_excitation(planar, 4.0, 100.0, **kwargs)
     assert design.criterion == "payload"
-    # no cap unless asked: in the terminal scope a cap costs the payload's information (README)
-    assert design.condition_cap is None and design.reference_condition is None
-    capped = optimize_excitation(planar, 4.0, 100.0, base_frequency=0.5, n_harmonics=3, seed=0, max_restarts=1,
-                                 max_iterations=3, time_limit_s=30.0, condition_cap="multisine", cap_fraction=0.5)
-    assert capped.criterion == "payload"
-    assert capped.condition_cap == pytest.approx(0.5 * capped.reference_condition, rel=1e-12)
+    # capped by default, as d_optimal (issue 16's target in both scopes), on the wider band the
+    # friction pairs' dwelling needs
+    assert design.condition_cap == pytest.approx(CONDITION_CAP_FRACTION * design.reference_condition, rel=1e-12)
+    assert design.series.a.shape[1] == TERMINAL_CAP_HARMONICS
+    free = optimize_excitation(planar, 4.0, 100.0, condition_cap=None, **kwargs)
+    assert free.criterion == "payload" and free.condition_cap is None and free.reference_condition is None
+    assert free.series.a.shape[1] == DEFAULT_HARMONICS
+    full = optimize_excitation(planar, 4.0, 100.0, config=FULL, **dict(kwargs, max_iterations=1))
+    assert full.criterion == "d_optimal" and full.condition_cap is not None
+    assert full.series.a.shape[1] == DEFAULT_HARMONICS
+    looser = optimize_excitation(planar, 4.0, 100.0, n_harmonics=3, cap_fraction=0.5, **kwargs)
+    assert looser.condition_cap == pytest.approx(0.5 * looser.reference_condition, rel=1e-12)
+    assert looser.series.a.shape[1] == 3
 
 
 def test_search_never_returns_worse_than_its_best_start():
