@@ -228,6 +228,8 @@ def main(argv=None) -> int:
             config = IdentificationConfig(scope=scope, joint_model=JointModel(("coulomb", "viscous")), estimator="wls")
             fit_config = replace(config, physics=physics)
             scale = column_scale(robot, config)
+            # the fit's own base: MuJoCo's joint physics can take a column out of it (Z1: joint6.coulomb)
+            fit_scale = scale if physics is None else column_scale(robot, fit_config)
             criteria = [default_criterion(config) if c == "default" else c for c in args.criteria]
             criteria = list(dict.fromkeys(c for c in criteria if not (c == "payload" and scope == "full")))
             designs = {c: [optimized(name, robot, config, c, d, args, workers) for d in range(design_seeds)]
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
                         if scope == "terminal":
                             errors = payload_errors(result.terminal_parameters, theta_true, link)
                         else:
-                            errors = (base_error(robot, truth, config, result, scale),)
+                            errors = (base_error(robot, truth, config, result, fit_scale),)
                     rows[label].append((cond, cond_scaled) + errors)
                     if args.information and (label == "multisine" or seed < design_seeds):
                         predicted[label].append(predicted_errors(robot, truth, config, plan, noise, theta_true, link,
