@@ -781,12 +781,10 @@ class _Problem:
         return np.linalg.lstsq(vel_map, targets, rcond=None)[0].T
 
     def local_search(self, x0: np.ndarray, max_iterations: int, deadline: float):
-        """SLSQP from x0 until it converges, ``max_iterations`` or the deadline.
-
-        The criterion is scaled so that the first step (a gradient step: SLSQP's first Hessian
-        estimate is the identity) moves x by STEP_FRACTION of its size, not by the gradient's
-        size in rad/s. SLSQP approaches the constraints from outside; the best point within
-        NEAR_FEASIBLE of them is scaled toward rest until it meets them on the grid.
+        """SLSQP from x0 until it converges, ``max_iterations`` or the deadline (``_slsqp``: the
+        criterion scaled to a first step of STEP_FRACTION of x's size). SLSQP approaches the
+        constraints from outside; the best point within NEAR_FEASIBLE of them is scaled toward
+        rest until it meets them on the grid.
         Returns (x0, its value (inf if infeasible), best feasible x or None, its value,
         iterations, evaluations, message)."""
         self.deadline, self.best, self.near, self.evaluations = deadline, (np.inf, None), (np.inf, None), 0
@@ -802,14 +800,8 @@ class _Problem:
             x = x0  # phase one moves it; x0 stays the start the search reports
             if self.terminal_cap and entry["constraints"][-1] < 0:
                 x = self._under_cap(x0, max_iterations // 2, count)
-            entry = self._gradients(x)
-            size = np.linalg.norm(entry["grad"])
-            factor = STEP_FRACTION * max(np.linalg.norm(x), 1e-3) / size if size > 0 else 1.0
-            import scipy.optimize  # imported by design() already: a name here, not a load
-            result = scipy.optimize.minimize(
-                lambda x: factor * self.fun(x), x, jac=lambda x: factor * self.jac(x), method="SLSQP",
-                callback=count, options={"maxiter": max_iterations, "ftol": 1e-6 * factor},
-                constraints=[{"type": "ineq", "fun": self.constraints, "jac": self.constraints_jac}])
+            result = self._slsqp(self.fun, self.jac, x, self.constraints, self.constraints_jac, max_iterations,
+                                 count)
             message = str(result.message)
         except multistart.OutOfTime:
             pass
@@ -822,12 +814,22 @@ class _Problem:
                 best_value, best_x = value, repaired
         return x0, start_value, best_x, best_value, counter["nit"], self.evaluations, message
 
+    def _slsqp(self, fun, jac, x0, constraints, constraints_jac, max_iterations: int, callback):
+        """SLSQP minimising ``fun`` from x0 within constraints >= 0, the objective scaled so that the
+        first step (a gradient step: SLSQP's first Hessian estimate is the identity) moves x by
+        STEP_FRACTION of its size, not by the gradient's size in rad/s. Returns SciPy's result."""
+        import scipy.optimize  # imported by design() already: a name here, not a load
+        size = np.linalg.norm(jac(x0))
+        factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
+        return scipy.optimize.minimize(
+            lambda x: factor * fun(x), x0, jac=lambda x: factor * jac(x), method="SLSQP", callback=callback,
+            options={"maxiter": max_iterations, "ftol": 1e-6 * factor},
+            constraints=[{"type": "ineq", "fun": constraints, "jac": constraints_jac}])
+
     def _under_cap(self, x0: np.ndarray, max_iterations: int, callback) -> np.ndarray:
         """Phase one of a local search that starts over the cap: SLSQP on the cap's bound alone,
         within the limits, until a point is under the cap or ``max_iterations``. Returns where it
         ended (every point it saw is ranked as usual)."""
-        import scipy.optimize
-
         def excess(x):
             return -self._point(x)["constraints"][-1]
 
@@ -838,14 +840,9 @@ class _Problem:
             callback(x)
             if excess(x) <= 0:
                 raise _UnderCap(np.array(x, dtype=float))
-        size = np.linalg.norm(excess_grad(x0))
-        factor = STEP_FRACTION * max(np.linalg.norm(x0), 1e-3) / size if size > 0 else 1.0
         try:
-            return scipy.optimize.minimize(
-                lambda x: factor * excess(x), x0, jac=lambda x: factor * excess_grad(x), method="SLSQP",
-                callback=stop, options={"maxiter": max_iterations, "ftol": 1e-6 * factor},
-                constraints=[{"type": "ineq", "fun": lambda x: self._point(x)["limits"],
-                              "jac": lambda x: self._gradients(x)["jac"][:-1]}]).x
+            return self._slsqp(excess, excess_grad, x0, lambda x: self._point(x)["limits"],
+                               lambda x: self._gradients(x)["jac"][:-1], max_iterations, stop).x
         except _UnderCap as under:
             return under.args[0]
 
