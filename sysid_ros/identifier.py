@@ -119,7 +119,6 @@ PARAMETERS = {
     "model": ("", "path of the nominal MJCF of the arm (required); reloaded at the next identify"),
     "terminal_body": ("", "body to identify in the terminal scope; empty: the deepest moving body"),
     "scope": ("terminal", f"one of {SCOPES}: terminal body + joint friction, or the whole arm's base parameters"),
-    # not IdentificationConfig's wls: as sysid-identify, a model file from every run the data allow
     "estimator": ("consistent", f"one of {ESTIMATORS}; consistent (WLS, then the nearest physically consistent "
                                 "parameters) always gives a model MuJoCo can load"),
     "simulated_physics": (False, "true when the data come from MuJoCo forward simulation (mujoco_sim): "

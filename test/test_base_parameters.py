@@ -73,12 +73,12 @@ def test_seven_dof_full_scope_counts():
     """Full scope of a 7R arm with a vertical first axis: 10*7 inertial + 3*7 joint columns.
 
     The first link contributes only Izz (plus its armature grouping), so the rank is well
-    below 91; terminal scope is full rank (10 + 2*7) because all joints see the payload.
+    below 91; terminal scope is full rank (10 + 3*7) because all joints see the payload.
     """
     robot = load_robot(ROBOTS / "panda_class.xml")
     full = structural_base_parameters(robot, IdentificationConfig(scope="full"))
     terminal = structural_base_parameters(robot, IdentificationConfig(scope="terminal"))
-    assert terminal.rank == 10 + 14
+    assert terminal.rank == 10 + 21
     assert 40 <= full.rank < 91
     # joint-1 armature and link1.Izz are one combination on a vertical first axis
     assert not ("link1.Izz" in full.names and "joint1.armature" in full.names)

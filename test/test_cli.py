@@ -141,7 +141,7 @@ def test_sizes_and_bad_options_exit_2_before_any_work(tmp_path):
         [NOMINAL, "--duration", "1e9", "--output-dir", tmp_path],
         [NOMINAL, "--sample-rate", "1e7", "--output-dir", tmp_path],
         [NOMINAL, "--coulomb-smoothing", "nan", "--seed", "-1", "--output-dir", tmp_path])
-    assert_refused(sizes, "1e+09 s at 1000 Hz (1e+12 samples of 7 joints, 24 parameters) needs about",
+    assert_refused(sizes, "1e+09 s at 1000 Hz (1e+12 samples of 7 joints, 31 parameters) needs about",
                    "TiB of memory to identify; this machine has", "shorten --duration")
     assert_refused(rate, "1.5e+08 samples", "of memory to identify", "lower --sample-rate")
     assert_refused(options, "--coulomb-smoothing must be a finite number >= 0, got nan",

@@ -311,7 +311,7 @@ def test_a_terminal_search_from_over_the_cap_first_brings_the_bound_under_it(pla
     n, start = planar.n_joints, np.zeros(planar.n_joints)
     args = (np.ones(3), np.ones(n), 6, 0.25, start, np.full(n, -np.pi), np.full(n, np.pi), np.full(n, 2.0),
             np.full(n, 10.0), np.full(n, np.inf), None)
-    for cap in (3.0, 2.5, 2.0):
+    for cap in (3.0, 2.6, 2.0):
         problem = D._Problem(planar, IdentificationConfig(), "payload", *args, condition_cap=cap)
         assert problem.terminal_cap
         x0 = problem.start(np.random.default_rng(1))
@@ -320,7 +320,7 @@ def test_a_terminal_search_from_over_the_cap_first_brings_the_bound_under_it(pla
         end = problem._point(x)
         bound = cap * np.exp(-end["constraints"][-1])
         assert bound0 > 3.5 and np.all(end["limits"] >= 0)
-        if cap > 2.2:
+        if cap > 2.5:  # the planar arm's friction pairs and armature keep the bound above 2.57
             assert cap - 0.1 < bound <= cap  # stopped at the first point under the cap
         else:
             assert bound < 0.7 * bound0

@@ -248,7 +248,7 @@ def test_updated_model_preserves_everything_else(tmp_path):
     # attribute order kept on an untouched element
     assert '<joint name="joint7" range="-2.8973 2.8973" armature="0.06" damping="0.2" frictionloss="0.12"' in text
     # the identification comment sits right before link7
-    comment = ("<!-- sysid_ros: body 'link7' identified (scope terminal, estimator wls), "
+    comment = ("<!-- sysid_ros: body 'link7' identified (scope terminal, estimator consistent), "
                "torque RMSE 0.015 N m, verdict good -->")
     assert comment in text
     after = text.split(comment, 1)[1].lstrip()

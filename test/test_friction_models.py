@@ -221,7 +221,9 @@ def test_per_joint_selection(exact_panda):
     chosen = ("stribeck", "tanh", "asymmetric", "coulomb_viscous", "high_low_speed", "stribeck", "coulomb_viscous")
     config = IdentificationConfig(estimator="ols", friction_models=",".join(chosen))
     names = column_names(robot, config)
-    assert names[10:13] == ("joint1.coulomb", "joint1.stribeck", "joint1.viscous")
+    # the terminal body, every joint's armature, then each joint's friction law
+    assert names[10:17] == tuple(f"joint{j}.armature" for j in range(1, 8))
+    assert names[17:20] == ("joint1.coulomb", "joint1.stribeck", "joint1.viscous")
     assert "joint3.coulomb_pos" in names and "joint5.cubic_neg" in names and "joint4.coulomb" in names
     result = identify(robot, rec, config)
     assert tuple(f.model.name for f in result.friction) == chosen

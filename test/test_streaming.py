@@ -3,6 +3,8 @@
 The oracles are written plainly here: numpy.linalg.lstsq on the stacked (N n, r) matrix, the
 weights of each estimator computed from its own residuals, the recording prepared whole.
 """
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ from sysid_core.identification import estimation, filtering
 from sysid_core.identification import identify as identify_module
 from sysid_core.identification.estimation import ReducedForm, estimate_reduced
 from sysid_core.identification.filtering import prepare
-from sysid_core.identification.identify import (IdentificationConfig, base_regressor, identify, predict_torque,
+from sysid_core.identification.identify import (IdentificationConfig, base_regressor, identify,
                                                 structural_base_parameters)
 from sysid_core.identification.recording import Recording
 from sysid_core.simulation import ideal_recording
@@ -134,6 +136,24 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(identify_module, "CACHE_BYTES", 0)
 
 
+def _whole_regressor(robot, config, recording, base):
+    """(prepared samples, base regressor (N, n, r), known torque (N, n)) of the whole recording at
+    once; each Coulomb column the step of the low-passed velocity, sign(lowpass(dq)), filtered as
+    the torque is (prepare on a recording whose torque is that step), not the step of the
+    filtered velocity at the prepared rows. The recording is uniform, one stretch."""
+    samples = prepare(recording, config.filter)
+    w, known = base_regressor(robot, config, samples.q, samples.dq, samples.ddq, base)
+    rate = 1.0 / (recording.time[1] - recording.time[0])
+    velocity = filtering.lowpass(recording.dq, rate, config.filter.cutoff_hz, config.filter.order)
+    step = prepare(replace(recording, tau=np.sign(velocity)), config.filter).tau
+    for k, name in enumerate(base.names):
+        if name.endswith(".coulomb"):
+            j = robot.joint_names.index(name.rpartition(".")[0])
+            w[:, :, k] = 0.0
+            w[:, j, k] = step[:, j]
+    return samples, w, known
+
+
 @pytest.mark.parametrize("estimator, robust", [("ols", False), ("wls", False), ("ridge", False),
                                                ("consistent", False), ("wls", True)])
 @pytest.mark.parametrize("scope", ["terminal", "full"])
@@ -143,9 +163,8 @@ def test_streamed_identification_equals_the_whole_recording_solved_at_once(panda
     config = IdentificationConfig(scope=scope, estimator=estimator, robust=robust, ridge_alpha=1e-4)
     result = identify(robot, recording, config, validation=validation)
     # the oracle: the whole recording prepared at once, its whole base regressor, plain solves
-    samples = prepare(recording, config.filter)
     base = structural_base_parameters(robot, config)
-    w, known = base_regressor(robot, config, samples.q, samples.dq, samples.ddq, base)
+    samples, w, known = _whole_regressor(robot, config, recording, base)
     y = samples.tau - known
     oracle = {"ols": lambda: _ols(w, y), "wls": lambda: _wls(w, y), "ridge": lambda: _ridge(w, y, 1e-4),
               "consistent": lambda: _wls(w, y)}[estimator]() if not robust else _huber(w, y)
@@ -157,8 +176,8 @@ def test_streamed_identification_equals_the_whole_recording_solved_at_once(panda
     flat = w.reshape(-1, base.rank)
     np.testing.assert_allclose(result.metrics.condition_number, np.linalg.cond(flat / np.linalg.norm(flat, axis=0)),
                                rtol=1e-6)
-    check = prepare(validation, config.filter)
-    error = check.tau - predict_torque(robot, result, check.q, check.dq, check.ddq)
+    check, w_check, known_check = _whole_regressor(robot, config, validation, base)
+    error = check.tau - known_check - w_check @ (base.projection @ result.standard)
     np.testing.assert_allclose(result.metrics.validation_rmse_per_joint, np.sqrt(np.mean(error**2, axis=0)),
                                rtol=1e-9)
 

@@ -3,12 +3,18 @@
 Two scopes:
 
 ``terminal``
-    The arm is known from the model except its terminal body (link plus whatever is
-    bolted to it). Its 10 standard parameters and the friction of every joint are
-    estimated from the torques of ALL joints: the proximal joints carry the
+    The arm's links are known from the model except its terminal body (link plus whatever
+    is bolted to it). Its 10 standard parameters and the friction and armature of every
+    joint are estimated from the torques of ALL joints: the proximal joints carry the
     payload's weight, which is what makes its mass and first moment identifiable.
 ``full``
     Base parameters of the whole arm plus friction and armature of every joint.
+
+In either scope a joint term the model does not give (friction, a rotor's inertia: zero in
+nearly every URDF) is unknown, not zero: the model only fills in what the data leave
+undetermined (consistency.prior_scale). An identified joint term that shares a base parameter
+with other columns cannot be told apart from them on any motion: ``IdentificationResult.lumped``
+names it with what it is lumped with.
 
 Pipeline: find the base parameters on random well-spread states (so rank deficiencies are
 structural); then, block by block of samples, filter the measurements (unless accelerations
@@ -75,9 +81,11 @@ NOISE_BLOCK = 1 << 18  # samples per stretch of velocity_noise
 class IdentificationConfig:
     """Choices of an identification run.
 
-    ``scope`` terminal or full; ``joint_model`` the per-joint terms (armature is added in
-    the full scope when absent); ``estimator`` ols, ridge, wls or consistent (WLS, then the
-    physically consistent standard parameters nearest it; the full scope always ends so);
+    ``scope`` terminal or full; ``joint_model`` the per-joint terms (armature is added when
+    absent: a rotor's reflected inertia is unknown to nearly every model file); ``estimator``
+    ols, ridge, wls or consistent (the default, as sysid-identify's and the identifier node's:
+    WLS, then the physically consistent standard parameters nearest it, the model filling in
+    only what the data leave undetermined; the full scope always ends so);
     ``robust`` Huber IRLS weighting of every equation against outliers (not with ridge);
     ``filter`` the
     measured-signal processing (with forward_acceleration for forward-simulated ``physics``); ``seed`` for the random states of the base-parameter
@@ -92,7 +100,7 @@ class IdentificationConfig:
 
     scope: str = "terminal"
     joint_model: friction.JointModel = field(default_factory=friction.JointModel)
-    estimator: str = "wls"
+    estimator: str = "consistent"
     ridge_alpha: float = 1e-6
     robust: bool = False
     filter: FilterConfig = field(default_factory=FilterConfig)
@@ -165,6 +173,11 @@ class IdentificationResult:
     whether the result can be trusted (verdict.Verdict: good, doubtful or failed, with reasons).
     ``held`` names of identified columns the data could not see, held at the model's values
     (a frictionloss level whose MuJoCo constraint never saturates in the recording).
+    ``lumped`` (str, ...) for each identified joint term that is not a base parameter of its
+    own, ``"<joint>.<term>: in base parameters <name>, ..."`` (their expressions are
+    ``base.expressions``): no motion tells it apart from the other columns there (e.g. an
+    armature and the inertia of the link its joint turns); its value is the split
+    consistency.prior_scale gives.
     """
 
     scope: str
@@ -187,6 +200,7 @@ class IdentificationResult:
     verdict: Verdict | None = None
     stiffness: np.ndarray | None = None
     held: tuple = ()
+    lumped: tuple = ()
 
     @property
     def terminal_parameters(self) -> np.ndarray:
@@ -210,10 +224,8 @@ def _friction_models(robot: Robot, config: IdentificationConfig):
 
 def _joint_model(config: IdentificationConfig) -> friction.JointModel:
     terms = config.joint_model.terms
-    if config.scope == "full" and "armature" not in terms:
+    if "armature" not in terms:  # a rotor's inertia reflected through its gear: no model file knows it
         terms = terms + ("armature",)
-    if config.scope == "terminal":  # armature is known from the model there
-        terms = tuple(t for t in terms if t != "armature")
     if not config.friction_models.is_default:  # the friction laws' own columns take their place
         terms = tuple(t for t in terms if t not in ("coulomb", "viscous"))
     return friction.JointModel(terms, config.joint_model.smoothing)
@@ -355,9 +367,7 @@ def _friction_block(robot: Robot, config: IdentificationConfig, window: Velocity
         return friction.spread_friction(
             window.filtered(lambda dq: friction.packed_friction(dq, models, nonlinear, smoothing)), models)
     if config.physics is None:
-        # a real joint's sign(dq) stays a function of the filtered velocity: not yet measured
-        # on hardware data whether its filtered step is the better model there
-        return None
+        return window.filtered(lambda dq: friction.coulomb_feature(dq, config.joint_model.smoothing)), None
     level = robot.frictionloss if constraint.level is None else constraint.level
     invweight0 = robot.model.dof_invweight0 if constraint.invweight0 is None else constraint.invweight0
     law = robot.frictionloss_constraint
@@ -408,6 +418,21 @@ def _holding(base: BaseParameters, names, held) -> tuple:
     return BaseParameters(independent=base.independent[keep], dependent=base.dependent,
                           projection=base.projection[keep], names=tuple(base.names[k] for k in keep),
                           expressions=tuple(base.expressions[k] for k in keep)), tuple(out)
+
+
+def _lumped(base: BaseParameters, names, first: int) -> tuple:
+    """``IdentificationResult.lumped`` for the columns ``names[first:]`` (the joint terms)."""
+    # coefficients below 1e-3 are what the rounded right angles of a published model leave
+    # (base_parameters.RANK_TOLERANCE): a millionth of a rotor's inertia in a Coulomb level
+    uses = np.abs(base.projection) >= 1e-3
+    out = []
+    for column in range(first, len(names)):
+        rows = np.flatnonzero(uses[:, column])
+        if len(rows) == 1 and np.count_nonzero(uses[rows[0]]) == 1:
+            continue
+        out.append(f"{names[column]}: " + ("no motion moves its torque" if not len(rows) else
+                                           "in base parameters " + ", ".join(base.names[k] for k in rows)))
+    return tuple(out)
 
 
 def _mass_along(robot: Robot, q, parameters, armature) -> np.ndarray:
@@ -688,6 +713,21 @@ def _uses_constraint(robot: Robot, config: IdentificationConfig) -> bool:
     return "coulomb" in _joint_model(config).terms or bool(np.any(robot.frictionloss > 0))
 
 
+def fitted_torque(robot: Robot, result: IdentificationResult, recording: Recording):
+    """The identified model against ``recording`` as an identification sees it: filtered,
+    trimmed and decimated with ``result.config.filter``, the friction filtered as the torque is
+    (_friction_block). Yields (samples (a Recording, ddq filled), predicted torque (B, n) N m)
+    per block of at most BLOCK rows."""
+    config = result.config
+    nonlinear = None if _friction_models(robot, config) is None else tuple(f.nonlinear for f in result.friction)
+    for check, window in prepared_windows(recording.select(robot.joint_names), config.filter):
+        friction_columns = _friction_block(robot, config, window, nonlinear, _result_constraint(robot, result))
+        for start in range(0, check.n_samples, BLOCK):
+            part = check.rows(slice(start, start + BLOCK))
+            columns = _block_rows(friction_columns, slice(start, start + BLOCK))
+            yield part, _predicted(robot, result, part.q, part.dq, part.ddq, columns)
+
+
 def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np.ndarray:
     """Joint torques (N, n) N m of the identified model at q, dq, ddq (N, n): rigid bodies plus
     joint terms, with the physics the data came from (``result.config.physics``; replace it by
@@ -897,7 +937,8 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         index = [robot.body_names.index(b) for b in bodies]
         floor = realisable_floor(robot.nominal_parameters[index], robot.welded_parameters[index])
         standard = consistent_parameters(base.projection, est.values, est.covariance, nominal, len(bodies),
-                                         nonnegative=signed, floor=floor)
+                                         nonnegative=signed, floor=floor,
+                                         modelled=[b != robot.terminal_body for b in bodies])
 
     body_parameters = bodies_of(standard)
     terms = terms_of(standard)
@@ -917,18 +958,14 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         terminal_body=robot.terminal_body, terminal_joint=robot.terminal_joint, column_names=names,
         standard=standard, base=base, estimate=est, body_parameters=body_parameters,
         coulomb=terms["coulomb"], viscous=terms["viscous"], armature=terms["armature"], offset=terms["offset"],
-        metrics=metrics, friction=frictions, stiffness=terms["stiffness"], held=held)
+        metrics=metrics, friction=frictions, stiffness=terms["stiffness"], held=held,
+        lumped=_lumped(base, names, n_inertial))
     if validation is not None:
         residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
-        for check, window in prepared_windows(validation.select(robot.joint_names), config.filter):
-            friction_columns = _friction_block(robot, config, window, nonlinear, _result_constraint(robot, result))
-            for start in range(0, check.n_samples, BLOCK):
-                part = check.rows(slice(start, start + BLOCK))
-                columns = _block_rows(friction_columns, slice(start, start + BLOCK))
-                predicted = _predicted(robot, result, part.q, part.dq, part.ddq, columns)
-                residual_sq += np.sum((part.tau - predicted) ** 2, axis=0)
-                torque_sq += np.sum(part.tau ** 2, axis=0)
-                count += part.n_samples
+        for part, predicted in fitted_torque(robot, result, validation):
+            residual_sq += np.sum((part.tau - predicted) ** 2, axis=0)
+            torque_sq += np.sum(part.tau ** 2, axis=0)
+            count += part.n_samples
         val_joint, val, val_relative, val_pooled = _rmse(residual_sq, torque_sq, count)
         metrics = replace(metrics, validation_rmse_per_joint=val_joint, validation_rmse=val,
                           validation_relative_rmse_per_joint=val_relative, validation_relative_rmse=val_pooled)

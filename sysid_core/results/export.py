@@ -226,6 +226,7 @@ def params_document(result, robot, source: str, truth=None, payload_frame: str |
         "n_base_params": int(result.base.rank),
         # --- extensions ---
         "held_at_model": list(result.held),
+        "lumped": list(result.lumped),
         "scope": result.scope,
         "estimator": result.config.estimator,
         "base_estimator": result.estimate.method,

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dynamics.model import Robot
-from ..identification.filtering import prepare
-from ..identification.identify import IdentificationResult, predict_torque
+from ..identification.identify import IdentificationResult, fitted_torque
 from ..identification.recording import Recording
 
 MAX_POINTS = 4000  # per line: a 10-minute 1 kHz recording would only blacken the figure
@@ -36,8 +35,8 @@ def _every(num: int) -> slice:
 def torque_samples(robot: Robot, result: IdentificationResult, recording: Recording):
     """(time (M,) s, measured (M, n) N m, predicted (M, n) N m) on ``recording`` as the
     identification saw it: filtered, trimmed and decimated with ``result.config.filter``."""
-    samples = prepare(recording.select(robot.joint_names), result.config.filter)
-    return samples.time, samples.tau, predict_torque(robot, result, samples.q, samples.dq, samples.ddq)
+    parts = list(fitted_torque(robot, result, recording))
+    return tuple(np.concatenate(a) for a in zip(*((s.time, s.tau, predicted) for s, predicted in parts)))
 
 
 def torque_figure(robot: Robot, result: IdentificationResult, recording: Recording, title: str):

@@ -100,6 +100,9 @@ def format_result(result, document: dict) -> str:
               f"{doc['n_samples']} samples, source {doc['source']}"]
     if doc.get("held_at_model"):
         lines.append(f"  held at the model's values (the data cannot see them): {', '.join(doc['held_at_model'])}")
+    for entry in doc.get("lumped") or []:
+        lines.append(f"  not separable on any motion (the value is one split of the sum; expressions in "
+                     f"params.json): {entry}")
     lines.append("")
 
     merged = doc.get("merged_bodies") or []
