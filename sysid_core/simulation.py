@@ -6,7 +6,8 @@ states: noise-free torques consistent with the plan, exact accelerations include
 nominal model drives the joints, as a real arm would execute the plan, and records what
 the arm's sensors would report: states and commanded torques with noise and
 quantisation, and no accelerations. ``simulate_tracking`` does the same under a given
-PD + feed-forward law (the MIT mode of Damiao-class drives).
+PD + feed-forward law (the MIT mode of Damiao-class drives), optionally on feedback delayed
+by whole samples (a command computed from the previous cycle's feedback, as over CAN).
 
 Both simulate the *plant* (``plant_model``), the arm file as a real arm would behave:
 
@@ -664,10 +665,11 @@ def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=N
 
 
 def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
-         noise: MeasurementNoise, seed, names: tuple, progress, joint_friction) -> SimulatedRun:
+         noise: MeasurementNoise, seed, names: tuple, progress, joint_friction, delay: int = 0) -> SimulatedRun:
     """Simulate the plant of ``model`` under ``law(i, q, dq) -> tau`` (N m) at every sample i,
-    then check and measure what it recorded. q, dq are the plant's live state and tau is
-    copied before the plant steps: the law must not keep q, dq, and may return a scratch array."""
+    then check and measure what it recorded. q, dq are the plant's live state (``delay`` = 0) or
+    its state at sample max(i - delay, 0), and tau is copied before the plant steps: the law must
+    not keep q, dq, and may return a scratch array."""
     num = len(trajectory.time)
     n = model.nv
     time = np.asarray(trajectory.time, dtype=float)
@@ -690,7 +692,11 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
             q_true[i] = qpos
             dq_true[i] = qvel
             tau = tau_cmd[i]
-            tau[:] = law(i, qpos, qvel)
+            if delay:
+                seen = max(i - delay, 0)
+                tau[:] = law(i, q_true[seen], dq_true[seen])
+            else:
+                tau[:] = law(i, qpos, qvel)
             if i == num - 1:
                 break
             # as ``step``: the torque held through the substeps, divergence caught at the sample
@@ -779,14 +785,22 @@ def simulate(model: mujoco.MjModel, trajectory: Trajectory, nominal: mujoco.MjMo
 def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward, kp, kd,
                       noise: MeasurementNoise = MeasurementNoise(), seed=None, joint_names=None,
                       progress: Callable[[float], None] | None = None,
-                      joint_friction: Callable[[np.ndarray], np.ndarray] | None = None) -> Recording:
+                      joint_friction: Callable[[np.ndarray], np.ndarray] | None = None,
+                      delay_samples: int = 0) -> Recording:
     """Like ``simulate``, under the MIT-mode PD + feed-forward law instead of computed torque.
 
     tau_i = kp (q_des_i - q) + kd (dq_des_i - dq) + feedforward_i at every sample i.
     feedforward: (N, n) N m, typically the nominal model's inverse dynamics of the plan.
-    kp (N m/rad), kd (N m s/rad): scalars or (n,); see ``default_gains``. Same plant, timing,
-    noise, checks and errors as ``simulate``; returns only the Recording.
+    kp (N m/rad), kd (N m s/rad): scalars or (n,); see ``default_gains``.
+    delay_samples: feedback delay, an int >= 0: the law at sample i sees the true state q, dq of
+    sample i - delay_samples (of sample 0 while i < delay_samples), as a drive commanded over a
+    bus from the previous cycle's feedback; 0 (default) the state at sample i. The recording
+    pairs each sample's state with the torque applied from that sample on, as the drive reports
+    them. Same plant, timing, noise, checks and errors as ``simulate``; returns only the Recording.
     """
+    if isinstance(delay_samples, (bool, np.bool_)) or not isinstance(delay_samples, (int, np.integer)) \
+            or delay_samples < 0:
+        raise ValueError(f"delay_samples must be an int >= 0, got {delay_samples!r}")
     names = _prepare(model, trajectory, joint_names)
     num, n = len(trajectory.time), model.nv
     ff = np.asarray(feedforward, dtype=float)
@@ -800,4 +814,4 @@ def simulate_tracking(model: mujoco.MjModel, trajectory: Trajectory, feedforward
 
     def law(i, q, dq):
         return mit_torque(q, dq, q_des[i], dq_des[i], ff[i], kp, kd)
-    return _run(model, trajectory, law, noise, seed, names, progress, joint_friction).recording
+    return _run(model, trajectory, law, noise, seed, names, progress, joint_friction, int(delay_samples)).recording
