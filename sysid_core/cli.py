@@ -48,7 +48,7 @@ from .identification.actuator import (COM_NEEDED, CommandLog, EffortGains, Known
                                       calibrate_effort_gains, estimate_delay, mit_loop_correction)
 from .identification.filtering import FilterConfig, prepare
 from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
-                                      predict_torque)
+                                      on_hardware, predict_torque)
 from .identification.memory import FIXED_BYTES as _FIXED_BYTES, available_memory, memory_needed
 from .identification.memory import describe_bytes as _bytes
 from .identification.recording_files import STAMPS, read_recordings
@@ -539,8 +539,7 @@ def run(args: argparse.Namespace) -> int:
     result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source)
     if args.export_damiao and result.verdict.level != "failed":
         # feed-forward for real motors: a real joint's friction, not the simulator's
-        hardware = dataclasses.replace(result, config=dataclasses.replace(result.config, physics=None))
-        torque = predict_torque(robot, hardware, plan.q, plan.dq, plan.ddq)
+        torque = predict_torque(robot, on_hardware(robot, result), plan.q, plan.dq, plan.ddq)
         clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
         print("Damiao export, samples clamped per joint: " +
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))

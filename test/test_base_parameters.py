@@ -84,6 +84,26 @@ def test_seven_dof_full_scope_counts():
     assert not ("link1.Izz" in full.names and "joint1.armature" in full.names)
 
 
+def test_holding_a_column_takes_it_out_of_its_combinations():
+    """Columns a, b, c = a + 2 b and d alone: c is dependent (in the base parameters of a and b),
+    d its own. Held, c leaves both combinations (its torque is then known: the base regressor of
+    the rest reproduces y - W_c theta_c), d goes with its base parameter; a, which stands for
+    its group, cannot be held."""
+    rng = np.random.default_rng(0)
+    a, b, d = rng.normal(size=(3, 200))
+    regressor = np.column_stack([a, b, a + 2 * b, d])
+    names = ("a", "b", "c", "d")
+    base = base_parameters(regressor, names)
+    assert base.names == ("a", "b", "d") and base.projection[:, 2].tolist() == pytest.approx([1.0, 2.0, 0.0])
+    held, out = base.holding(["c", "d", "a"], names)
+    assert set(out) == {"c", "d"} and held.names == ("a", "b")
+    theta = rng.normal(size=4)
+    np.testing.assert_allclose(regressor[:, held.independent] @ (held.projection @ theta),
+                               regressor @ theta - regressor[:, 2] * theta[2] - regressor[:, 3] * theta[3])
+    assert not any("c" in e or "d" in e for e in held.expressions)
+    assert base.holding(["x"], names) == (base, ())
+
+
 def test_zero_regressor_is_an_error():
     with pytest.raises(IdentificationError, match="zero"):
         base_parameters(np.zeros((10, 3)), ("a", "b", "c"))

@@ -179,3 +179,24 @@ def test_mujoco_physics_from_the_model_and_its_flags():
         MujocoPhysics(timestep=0.0)
     with pytest.raises(ValueError, match="integrator"):
         MujocoPhysics(timestep=1e-3, integrator="verlet")
+
+
+def test_a_simulated_result_on_hardware_is_a_real_joints_model():
+    """A terminal-scope identification of data MuJoCo made (its frictionloss a soft constraint,
+    the armature the file's, not identified) as a real arm's model (``on_hardware``): the rigid
+    bodies of the result (the regressor, an oracle checked against mj_inverse) plus each joint's
+    armature from the file, the identified Coulomb step, viscous term and the file's springs."""
+    from sysid_core.excitation.multisine import multisine
+    from sysid_core.identification.identify import IdentificationConfig, identify, on_hardware, predict_torque
+    from sysid_core.simulation import ideal_recording
+    robot = load_robot(BY_NAME["xarm7"].path)
+    plan = multisine(robot.joint_range, 3.0, 100.0, seed=0, max_velocity=1.0)
+    config = IdentificationConfig(physics=MujocoPhysics.inverse(robot.model))
+    result = identify(robot, ideal_recording(robot.model, plan), config)
+    assert not any(name.endswith(".armature") for name in result.column_names)
+    hardware = on_hardware(robot, result)
+    assert hardware.config.physics is None and len(hardware.column_names) > len(result.column_names)
+    q, dq, ddq = plan.q[5:-5], plan.dq[5:-5], plan.ddq[5:-5]
+    expected = (robot.regressor(q, dq, ddq) @ result.body_parameters.reshape(-1) + robot.armature * ddq
+                + result.coulomb * np.sign(dq) + result.viscous * dq + robot.stiffness * (q - robot.springref))
+    np.testing.assert_allclose(predict_torque(robot, hardware, q, dq, ddq), expected, rtol=1e-9, atol=1e-9)

@@ -61,6 +61,36 @@ class BaseParameters:
     def rank(self) -> int:
         return len(self.independent)
 
+    def holding(self, held, column_names) -> tuple["BaseParameters", tuple]:
+        """These base parameters with the columns named in ``held`` taken as known (their torque
+        computed from a value given elsewhere): (BaseParameters, the names held). A dependent
+        column leaves the combinations it was in; an independent one goes with its base
+        parameter only when that holds it alone and nothing else uses it (otherwise it cannot be
+        taken out without naming another column for the group, and is not held)."""
+        keep, out, zero = [], [], []
+        used = np.abs(self.projection) > 1e-9  # as the expressions are written
+        for k, column in enumerate(self.independent):
+            if column_names[column] in held and np.count_nonzero(used[k]) == 1 and \
+                    np.count_nonzero(used[:, column]) == 1:
+                out.append(column_names[column])
+            else:
+                keep.append(k)
+        for column in self.dependent:
+            if column_names[column] in held:
+                out.append(column_names[column])
+                zero.append(column)
+        if not out:
+            return self, ()
+        keep = np.array(keep, dtype=int)
+        projection = self.projection[keep]
+        projection[:, zero] = 0.0
+        independent = self.independent[keep]
+        names = tuple(column_names[i] for i in independent)
+        expressions = tuple(_expression(names[k], projection[k], column_names, independent[k], 1e-9)
+                            for k in range(len(keep)))
+        return BaseParameters(independent, np.sort(np.append(self.dependent, self.independent[
+            np.setdiff1d(np.arange(self.rank), keep)]).astype(int)), projection, names, expressions), tuple(out)
+
 
 def _expression(name: str, row: np.ndarray, column_names, pivot: int, tol: float) -> str:
     terms = [name]

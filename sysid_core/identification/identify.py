@@ -82,7 +82,8 @@ class IdentificationConfig:
     """Choices of an identification run.
 
     ``scope`` terminal or full; ``joint_model`` the per-joint terms (armature is added when
-    absent: a rotor's reflected inertia is unknown to nearly every model file); ``estimator``
+    absent: a rotor's reflected inertia is unknown to nearly every model file; not in the
+    terminal scope of data from MuJoCo ``physics``, which applied the file's); ``estimator``
     ols, ridge, wls or consistent (the default, as sysid-identify's and the identifier node's:
     WLS, then the physically consistent standard parameters nearest it, the model filling in
     only what the data leave undetermined; the full scope always ends so);
@@ -224,7 +225,11 @@ def _friction_models(robot: Robot, config: IdentificationConfig):
 
 def _joint_model(config: IdentificationConfig) -> friction.JointModel:
     terms = config.joint_model.terms
-    if "armature" not in terms:  # a rotor's inertia reflected through its gear: no model file knows it
+    # a real arm's rotor inertia reflected through its gear: no model file knows it. Data MuJoCo
+    # made applied the armature of the file it simulated, which the terminal scope takes from
+    # the model: identified there, it would enter the frictionloss constraint's weight, which on
+    # a light wrist outweighs the link nine times over, and blur its linearisation
+    if "armature" not in terms and (config.scope == "full" or config.physics is None):
         terms = terms + ("armature",)
     if not config.friction_models.is_default:  # the friction laws' own columns take their place
         terms = tuple(t for t in terms if t not in ("coulomb", "viscous"))
@@ -402,31 +407,16 @@ def _saturated_share(robot: Robot, config: IdentificationConfig, stream: "_Strea
     return total / max(rows, 1)
 
 
-def _holding(base: BaseParameters, names, held) -> tuple:
-    """``base`` without the columns ``held`` (names) that are base parameters of their own (no
-    other column depends on them): (BaseParameters, the names held)."""
-    keep, out = [], []
-    for k, column in enumerate(base.independent):
-        if names[column] in held and np.count_nonzero(base.projection[k]) == 1 and \
-                np.count_nonzero(base.projection[:, column]) == 1:
-            out.append(names[column])
-        else:
-            keep.append(k)
-    if not out:
-        return base, ()
-    keep = np.array(keep, dtype=int)
-    return BaseParameters(independent=base.independent[keep], dependent=base.dependent,
-                          projection=base.projection[keep], names=tuple(base.names[k] for k in keep),
-                          expressions=tuple(base.expressions[k] for k in keep)), tuple(out)
-
-
-def _lumped(base: BaseParameters, names, first: int) -> tuple:
-    """``IdentificationResult.lumped`` for the columns ``names[first:]`` (the joint terms)."""
+def _lumped(base: BaseParameters, names, first: int, held=()) -> tuple:
+    """``IdentificationResult.lumped`` for the columns ``names[first:]`` (the joint terms) but
+    those ``held`` at the model's values."""
     # coefficients below 1e-3 are what the rounded right angles of a published model leave
     # (base_parameters.RANK_TOLERANCE): a millionth of a rotor's inertia in a Coulomb level
     uses = np.abs(base.projection) >= 1e-3
     out = []
     for column in range(first, len(names)):
+        if names[column] in held:
+            continue
         rows = np.flatnonzero(uses[:, column])
         if len(rows) == 1 and np.count_nonzero(uses[rows[0]]) == 1:
             continue
@@ -728,6 +718,18 @@ def fitted_torque(robot: Robot, result: IdentificationResult, recording: Recordi
             yield part, _predicted(robot, result, part.q, part.dq, part.ddq, columns)
 
 
+def on_hardware(robot: Robot, result: IdentificationResult) -> IdentificationResult:
+    """``result`` as a real arm's model (``config.physics`` None: a joint's friction, not
+    MuJoCo's constraint), with the columns a hardware identification has: those it did not
+    identify (the terminal scope's armature, for data MuJoCo made) at their values, the model's."""
+    config = replace(result.config, physics=None)
+    names = column_names(robot, config)
+    values = dict(zip(result.column_names, result.standard))
+    standard = np.array([values.get(name, nominal) for name, nominal in
+                         zip(names, model_parameter_vector(robot, names))])
+    return replace(result, config=config, column_names=names, standard=standard)
+
+
 def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np.ndarray:
     """Joint torques (N, n) N m of the identified model at q, dq, ddq (N, n): rigid bodies plus
     joint terms, with the physics the data came from (``result.config.physics``; replace it by
@@ -900,9 +902,10 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         if "coulomb" in joint_model.terms:
             pinned = _saturated_share(robot, config, stream) < SATURATED_SHARE
             wanted = [f"{j}.coulomb" for j, p in zip(robot.joint_names, pinned) if p]
-            base_held, held = _holding(base, names, wanted)
-            # a level that other columns depend on (the full scope's, where its linear zone is a
-            # combination of armature and damping) cannot be held alone: then the fixed point
+            base_held, held = base.holding(wanted, names)
+            # a level that stands for a group of columns cannot be held alone: then the fixed point
+            # (one that is a combination of others, as where its linear zone is one of armature and
+            # damping, leaves that combination)
             linearise = len(held) == len(wanted)
             base, held = (base_held, held) if linearise else (base, ())
             pinned &= linearise
@@ -959,7 +962,7 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
         standard=standard, base=base, estimate=est, body_parameters=body_parameters,
         coulomb=terms["coulomb"], viscous=terms["viscous"], armature=terms["armature"], offset=terms["offset"],
         metrics=metrics, friction=frictions, stiffness=terms["stiffness"], held=held,
-        lumped=_lumped(base, names, n_inertial))
+        lumped=_lumped(base, names, n_inertial, held))
     if validation is not None:
         residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
         for part, predicted in fitted_torque(robot, result, validation):
