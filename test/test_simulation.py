@@ -142,17 +142,21 @@ def test_no_samples_lost_and_no_accelerations(plan, clean_run, panda):
     np.testing.assert_array_equal(clean_run.q[0], traj.q[0])
 
 
-def test_recorded_torque_reproduces_the_motion(panda, clean_run):
-    # Independent re-run: from each recorded true state, one MuJoCo step under the recorded torque
-    # must land on the next recorded state. A torque off by one sample or by 0.01 N m misses by
-    # > 1e-4 rad/s, far above the tolerance.
-    model, data = panda.model, mujoco.MjData(panda.model)
-    for i in np.random.default_rng(1).choice(clean_run.n_samples - 1, 200, replace=False):
-        data.qpos[:], data.qvel[:] = clean_run.q[i], clean_run.dq[i]
-        data.qfrc_applied[:] = clean_run.tau[i]
+def _assert_each_step_is_the_recorded_torques(model, run, count, seed):
+    """Independent re-run: from ``count`` recorded true states of ``run``, one MuJoCo step under
+    the recorded torque must land on the next recorded state."""
+    data = mujoco.MjData(model)
+    for i in np.random.default_rng(seed).choice(run.n_samples - 1, count, replace=False):
+        data.qpos[:], data.qvel[:] = run.q[i], run.dq[i]
+        data.qfrc_applied[:] = run.tau[i]
         mujoco.mj_step(model, data)
-        np.testing.assert_allclose(data.qpos, clean_run.q[i + 1], rtol=0, atol=1e-10)
-        np.testing.assert_allclose(data.qvel, clean_run.dq[i + 1], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(data.qpos, run.q[i + 1], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(data.qvel, run.dq[i + 1], rtol=0, atol=1e-9)
+
+
+def test_recorded_torque_reproduces_the_motion(panda, clean_run):
+    # A torque off by one sample or by 0.01 N m misses by > 1e-4 rad/s, far above the tolerance.
+    _assert_each_step_is_the_recorded_torques(panda.model, clean_run, 200, 1)
 
 
 def test_noise_statistics(panda, plan, clean_run):
@@ -213,12 +217,7 @@ def test_delayed_feedback_commands_from_an_earlier_state(panda, plan, clean_run,
     np.testing.assert_allclose(rec.tau, expected, rtol=0, atol=1e-9)
     undelayed = kp * (traj.q - rec.q) + kd * (traj.dq - rec.dq) + ff
     assert np.abs(rec.tau - undelayed).max() > 1e-3  # the delay is visible, not a rounding
-    model, data = panda.model, mujoco.MjData(panda.model)
-    for i in np.random.default_rng(2).choice(rec.n_samples - 1, 100, replace=False):
-        data.qpos[:], data.qvel[:] = rec.q[i], rec.dq[i]
-        data.qfrc_applied[:] = rec.tau[i]
-        mujoco.mj_step(model, data)
-        np.testing.assert_allclose(data.qvel, rec.dq[i + 1], rtol=0, atol=1e-9)
+    _assert_each_step_is_the_recorded_torques(panda.model, rec, 100, 2)
     # still tracking (measured 2e-3 and 6e-3 rad for 1 and 3 ms on this 8 Hz loop, 1e-4 undelayed),
     # but not as the undelayed run did
     assert np.abs(rec.q - traj.q).max() < 0.02
