@@ -127,6 +127,9 @@ PARAMETERS = {
     "robust": (False, "Huber IRLS weighting: outlying samples (glitches, contacts) get a bounded weight"),
     "friction_terms": (["coulomb", "viscous"], f"per-joint terms to identify, from {friction.TERMS}"),
     "coulomb_smoothing": (0.0, "rad/s; Coulomb friction as tanh(dq / s) instead of sign(dq) when > 0"),
+    "friction_model": ("coulomb_viscous", f"each joint's friction law, one of {friction.FRICTION_MODELS} for every "
+                                          "joint or a comma list with one per joint (tanh, stribeck_tanh: a "
+                                          "Coulomb step that is not sharp, a Stribeck peak)"),
     "cutoff_hz": (10.0, "Hz, low-pass cutoff of the measured q, dq and effort"),
     "velocity_from_position": (False, "differentiate the position instead of using JointState.velocity "
                                       "(for drives whose velocity lags)"),
@@ -172,6 +175,11 @@ def check_parameter(name: str, value) -> str | None:
         unknown = [t for t in value if t not in friction.TERMS]
         if unknown or len(set(value)) != len(value):
             return f"friction_terms must be distinct terms from {list(friction.TERMS)}, got {list(value)}"
+    if name == "friction_model":
+        try:
+            friction.FrictionSelection(value)
+        except ValueError as err:
+            return f"friction_model: {err}"
     if name == "validation_fraction" and not (math.isfinite(value) and 0 <= value < 1):
         return f"validation_fraction must be in [0, 1), got {value}"
     if name == "coulomb_smoothing" and not (math.isfinite(value) and value >= 0):
@@ -686,6 +694,7 @@ class Identifier(Node):
         return IdentificationConfig(
             scope=p("scope"), estimator=p("estimator"), robust=p("robust"),
             joint_model=friction.JointModel(tuple(p("friction_terms")), p("coulomb_smoothing")),
+            friction_models=p("friction_model"),
             filter=FilterConfig(cutoff_hz=p("cutoff_hz"), decimation=decimation,
                                 velocity_from_position=p("velocity_from_position")), seed=p("seed"),
             physics=physics)

@@ -158,8 +158,8 @@ def test_a_gen3_recording_through_sysid_identify_with_default_options(tmp_path, 
 def test_csv_and_bag_identify_as_the_recording_and_the_node_identifies_the_bag(corpus_directory, tmp_path, executor,
                                                                              nodes):
     """A hardware-like recording written as CSV and as an MCAP bag reads back to the same
-    identification; the identifier node, given the bag, answers with the same payload and a good
-    verdict."""
+    identification; the identifier node, given the bag and the friction law of the plant's form,
+    answers with the same payload as identify() and a good verdict, every tolerance kept."""
     case = _cases("fr3", corpus_directory)[0]
     robot = case.robot()
     config = IdentificationConfig()
@@ -171,7 +171,8 @@ def test_csv_and_bag_identify_as_the_recording_and_the_node_identifies_the_bag(c
         np.testing.assert_allclose(again.standard, direct.standard, rtol=1e-6, atol=1e-12)
 
     identifier = make_identifier(nodes, model=str(case.nominal_path), recording=str(tmp_path / "bag"),
-                                 output_dir=str(tmp_path / "node"), plots=False)
+                                 output_dir=str(tmp_path / "node"), plots=False,
+                                 friction_model=MATCHED_LAW[case.stribeck])
     answer = json.loads(call(executor, nodes(plain_node, unique("client")), "/sysid/identify", timeout=120.0).message)
     doc = json.loads((tmp_path / "node" / "params.json").read_text())
     assert doc["verdict"] == "good", doc["verdict_reasons"]
@@ -181,4 +182,6 @@ def test_csv_and_bag_identify_as_the_recording_and_the_node_identifies_the_bag(c
     added = doc["payload"]["added"]
     assert added["mass"] == pytest.approx(case.payload[0], rel=0.03)
     assert 1000 * np.linalg.norm(np.array(added["center_of_mass"]) - case.payload[1:4] / case.payload[0]) < 5.0
+    assert doc["friction_models"]["fr3_joint1"]["model"] == MATCHED_LAW[case.stribeck]
     np.testing.assert_allclose([j["coulomb_friction"] for j in doc["joints"]], case.coulomb, rtol=0.1, atol=0.03)
+    np.testing.assert_allclose([j["viscous_friction"] for j in doc["joints"]], case.viscous, rtol=0.1, atol=0.03)
