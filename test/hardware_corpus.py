@@ -182,20 +182,10 @@ def _joint_terms(xml: str, armature: dict | None = None) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
-def _mass_diagonal(model: mujoco.MjModel, q: np.ndarray) -> np.ndarray:
-    """The joint-space mass-matrix diagonal (len(q), n) kg m^2 at the positions q (rad)."""
-    data = mujoco.MjData(model)
-    unit, column = np.zeros(model.nv), np.zeros(model.nv)
-    out = np.empty((len(q), model.nv))
-    for i, qi in enumerate(q):
-        data.qpos[:] = qi
-        mujoco.mj_fwdPosition(model, data)
-        for j in range(model.nv):  # mj_mulM keeps one signature across MuJoCo 3.x and 4.x
-            unit[:] = 0.0
-            unit[j] = 1.0
-            mujoco.mj_mulM(model, data, column, unit)
-            out[i, j] = column[j]
-    return out
+def _mass_diagonal(robot: Robot, q: np.ndarray, parameters=None, armature=None) -> np.ndarray:
+    """The joint-space mass-matrix diagonal (n,) kg m^2 averaged over the positions q (N, n) rad,
+    of ``robot``'s bodies and armature or the given ones (Robot.mass_matrix)."""
+    return np.diagonal(robot.mass_matrix(q, parameters, armature), axis1=1, axis2=2).mean(axis=0)
 
 
 def _plan(robot: Robot, duration: float, rate: float, seed) -> tuple[Trajectory, float]:
@@ -253,7 +243,7 @@ def hardware_recording(arm_name: str, directory, controller: str = "mit", durati
     tau_rms = np.sqrt(np.mean(ideal_recording(robot.model, reference).tau ** 2, axis=0))
     dq_rms = np.sqrt(np.mean(reference.dq ** 2, axis=0))
     scale = np.maximum(tau_rms, 0.05 * tau_rms.max())
-    mass = _mass_diagonal(robot.model, reference.q).mean(axis=0)
+    mass = _mass_diagonal(robot, reference.q)
     draw = np.random.default_rng(key)
     coulomb = draw.uniform(0.04, 0.10, n) * scale
     viscous = draw.uniform(0.5, 1.5, n) * coulomb / dq_rms
@@ -267,7 +257,9 @@ def hardware_recording(arm_name: str, directory, controller: str = "mit", durati
     payload = with_payload(arm.path)
     truth_xml = _joint_terms(payload.xml, dict(zip(robot.joint_names, armature)))
     truth = mujoco.MjModel.from_xml_string(truth_xml)
-    kp, kd, delay = _gains(controller, _mass_diagonal(truth, reference.q).mean(axis=0))
+    loaded = robot.nominal_parameters.copy()
+    loaded[robot.terminal_index] += payload.parameters  # the payload in the terminal body's frame
+    kp, kd, delay = _gains(controller, _mass_diagonal(robot, reference.q, loaded, armature))
 
     limit = torque_limits(robot.model)
     torque_range = np.minimum(limit, RANGE_PER_SCALE * scale)  # inf limits give way to the scale
