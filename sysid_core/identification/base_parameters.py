@@ -67,29 +67,21 @@ class BaseParameters:
         column leaves the combinations it was in; an independent one goes with its base
         parameter only when that holds it alone and nothing else uses it (otherwise it cannot be
         taken out without naming another column for the group, and is not held)."""
-        keep, out, zero = [], [], []
         used = np.abs(self.projection) > 1e-9  # as the expressions are written
-        for k, column in enumerate(self.independent):
-            if column_names[column] in held and np.count_nonzero(used[k]) == 1 and \
-                    np.count_nonzero(used[:, column]) == 1:
-                out.append(column_names[column])
-            else:
-                keep.append(k)
-        for column in self.dependent:
-            if column_names[column] in held:
-                out.append(column_names[column])
-                zero.append(column)
-        if not out:
+        alone = np.array([column_names[c] in held and np.count_nonzero(used[k]) == 1 and
+                          np.count_nonzero(used[:, c]) == 1 for k, c in enumerate(self.independent)], dtype=bool)
+        zero = [c for c in self.dependent if column_names[c] in held]
+        if not alone.any() and not zero:
             return self, ()
-        keep = np.array(keep, dtype=int)
-        projection = self.projection[keep]
+        projection = self.projection[~alone]
         projection[:, zero] = 0.0
-        independent = self.independent[keep]
+        independent = self.independent[~alone]
         names = tuple(column_names[i] for i in independent)
-        expressions = tuple(_expression(names[k], projection[k], column_names, independent[k], 1e-9)
-                            for k in range(len(keep)))
-        return BaseParameters(independent, np.sort(np.append(self.dependent, self.independent[
-            np.setdiff1d(np.arange(self.rank), keep)]).astype(int)), projection, names, expressions), tuple(out)
+        expressions = tuple(_expression(name, row, column_names, pivot, 1e-9)
+                            for name, row, pivot in zip(names, projection, independent))
+        dependent = np.sort(np.concatenate([self.dependent, self.independent[alone]])).astype(int)
+        out = tuple(column_names[c] for c in self.independent[alone]) + tuple(column_names[c] for c in zero)
+        return BaseParameters(independent, dependent, projection, names, expressions), out
 
 
 def _expression(name: str, row: np.ndarray, column_names, pivot: int, tol: float) -> str:
