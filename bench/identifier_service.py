@@ -77,13 +77,12 @@ def node(directory: str) -> None:
                 rclpy.parameter.Parameter("buffer_capacity", value=SAMPLES),
                 rclpy.parameter.Parameter("output_dir", value=str(Path(directory) / "out"))], **kwargs)
             rows = loaded.pop()
-            with self._lock:
-                buffer = self.buffer
+            live = self.live_recording
+            with live.lock:
+                buffer = live.buffer
                 assert list(buffer.joint_names) == joints, (buffer.joint_names, joints)
-                buffer.data[:] = rows
-                buffer.head, buffer.size = 0, SAMPLES
-                self._received = SAMPLES
-                self._last_ns = int(rows[-1, 0] * 1e9)
+                buffer.append(rows)
+                live.received = SAMPLES
             del rows
             print("ready", flush=True)
 

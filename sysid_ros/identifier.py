@@ -4,6 +4,9 @@ Subscribes
     joint_states (sensor_msgs/JointState): position, velocity and effort of the arm's
     joints, matched to the model by name (any order, extra joints ignored). Reliable, with a
     queue of JOINT_STATES_DEPTH messages: a loaded machine delivers a 1 kHz stream in bursts.
+    sysid/joint_state_block (std_msgs/Float64MultiArray), instead of joint_states with
+    ``state_blocks``: mujoco_sim's state blocks (its docstring gives the layout), each sample
+    screened and counted as a message of its own.
     sysid/done (std_msgs/Bool, transient local): the excitation ended (identify_on_done).
     robot_description (std_msgs/String, transient local): the arm's URDF (or MJCF), as
     robot_state_publisher publishes it; the model when parameter ``model`` is empty. The first
@@ -27,7 +30,8 @@ Publishes
 
 Screening: a message is refused on its own (counted by kind, the first and last of each kind
 in the service answer) when it names a joint twice or lacks one, has a NaN or infinite value,
-or is stamped at or before the last sample kept; see sysid_core.identification.screening.
+or is stamped at or before the last sample kept; see sysid_core.identification.screening and
+live_recording, which holds the recording being made (buffer, screening, counters).
 
 Lost samples (holes in the stamps of a steady source) are counted; beyond
 screening.LOST_DOUBTFUL of the samples they make the verdict doubtful, beyond LOST_FAILED failed.
@@ -35,8 +39,8 @@ screening.LOST_DOUBTFUL of the samples they make the verdict doubtful, beyond LO
 Names are relative: under a namespace (``--ros-args -r __ns:=/robot1``) every topic and
 service moves with it. The identification runs in a thread of its own, so the recording goes
 on meanwhile; the node spins on one thread (rclpy's multi-threaded executor drops messages of
-a bursty stream, see test/test_node_processes.py). The node converts messages, holds the
-recording and calls sysid_core; all the numerics live there.
+a bursty stream, see test/test_node_processes.py). The node converts messages and calls
+sysid_core; all the numerics live there.
 """
 from __future__ import annotations
 
@@ -59,7 +63,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.task import Future
 from geometry_msgs.msg import Inertia, Vector3
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool, String
+from std_msgs.msg import Bool, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from sysid_core.cli import clear_previous_outputs
@@ -68,10 +72,12 @@ from sysid_core.dynamics.joint_physics import MujocoPhysics
 from sysid_core.dynamics.model import Robot, load_robot
 from sysid_core.errors import DataError, IdentificationError, ModelError, SysidError
 from sysid_core.identification.filtering import FilterConfig
-from sysid_core.identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify
-from sysid_core.identification.memory import available_memory, describe_bytes, memory_needed
+from sysid_core.identification.identify import ESTIMATORS, SCOPES, IdentificationConfig, identify
+from sysid_core.identification.live_recording import (EFFORT_MODES, RECEIVE_STAMPED, LiveRecording, RecordingCounts,
+                                                      SampleBuffer, joint_torque, saved_recording)
 from sysid_core.identification.recording import Recording
 from sysid_core.identification.recording_files import read_recordings, write_rosbag
+from sysid_core.identification.run_size import ROWS_PER_CUTOFF, TARGET_ROWS, automatic_decimation, check_memory
 from sysid_core.identification import screening
 from sysid_core.results.export import params_document, write_params_json
 from sysid_core.results.payload import terminal_inertia, with_consistent_inertia
@@ -82,31 +88,24 @@ from sysid_core.simulation import simulation_timing
 from sysid_ros.entry_point import spin_node
 from sysid_ros.robot_description import RobotDescription
 
-EFFORT_MODES = ("torque", "current", "gravity_compensated")
 DEFAULT_CAPACITY = 600_000  # 10 min at 1 kHz
-# Samples per regressor evaluation for the gravity torque: the regressor holds
-# n * 10 nb doubles per sample (3.9 kB for 7 joints), so memory stays ~40 MB.
-GRAVITY_CHUNK = 10_000
-# Distinct JointState name lists remembered; a driver uses one, so this only bounds abuse.
-MAX_NAME_LAYOUTS = 64
 WARN_PERIOD_S = 5.0
 # joint_states messages the subscription queues: 10 s at 1 kHz, a few MB. A loaded machine
 # wakes the node to bursts of queued messages, and an identification competes for the GIL.
 JOINT_STATES_DEPTH = 10_000
-# decimation 0 (automatic): about this many rows per identification, but never fewer rows per
-# second than ROWS_PER_CUTOFF times cutoff_hz: the filtered signals hold nothing faster, so
-# the rows dropped add no information, only time (the regression is linear in the rows)
-TARGET_ROWS = 20_000
-ROWS_PER_CUTOFF = 5.0
-# identify_on_done waits for the samples still queued: until none arrived for SETTLE_QUIET_S
-# (the simulator pauses when the excitation is done), at most SETTLE_MAX_S (a driver never stops)
+# identify_on_done waits for the samples measured before the done flag, still queued or in
+# flight: until none arrived over two ticks SETTLE_QUIET_S apart (the simulator pauses when the
+# excitation is done), or until a sample stamped SETTLE_RUN_ON_S after the flag's arrival on
+# this node's clock is in (a driver never stops; in order, what it sent before is here then), at
+# most SETTLE_LIMIT_S (a source that never stops, stamped on another clock)
 SETTLE_QUIET_S = 0.25
-SETTLE_MAX_S = 2.0
+SETTLE_RUN_ON_S = 2.0
+SETTLE_LIMIT_S = 30.0
 # exit status of the node after identify_on_done with exit_when_done (as sysid-identify's)
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 3
-# doubles per recorded sample and joint the filtering holds besides the regressor (resampled
-# copy, filtered q, dq, tau, ddq, the zero-phase filter's padded temporaries): an estimate
-FILTER_DOUBLES = 16
+# what to do when an identification would not fit in memory
+MEMORY_REMEDY = ("raise decimation (0: automatic) or use scope terminal, or save the recording "
+                 "(sysid/save_recording) and identify it elsewhere; the recording is kept")
 
 
 def _describe(text: str, read_only: bool = False) -> ParameterDescriptor:
@@ -161,6 +160,8 @@ PARAMETERS = {
     "recording_topic": ("", "JointState topic in the bag of 'recording'; empty: this node's joint_states topic"),
     "save_path": ("", "bag directory sysid/save_recording writes (it must not exist); empty: "
                       "<output_dir>/recording_<date>_<time>"),
+    "state_blocks": (False, "record sysid/joint_state_block (the state blocks of mujoco_sim with state_blocks) "
+                            "instead of joint_states; set at start-up, hence read-only"),
     "payload_frame": ("", "frame of sysid/payload and params.json's payload block: the terminal body (empty) or a "
                           "link fixed to it, e.g. the flange frame a driver's set_payload expects"),
 }
@@ -196,75 +197,8 @@ def check_parameter(name: str, value) -> str | None:
     return None
 
 
-class SampleBuffer:
-    """The latest ``capacity`` joint samples, in one array preallocated at construction.
-
-    Row layout: [stamp (s), q (n) rad, dq (n) rad/s, effort (n) as received], columns in
-    ``joint_names`` order. When full, each new sample overwrites the oldest.
-    """
-
-    def __init__(self, capacity: int, joint_names):
-        self.joint_names = tuple(joint_names)
-        self.data = np.zeros((int(capacity), 1 + 3 * len(self.joint_names)))
-        self.clear()
-
-    @property
-    def capacity(self) -> int:
-        return self.data.shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        return self.data.nbytes
-
-    def clear(self) -> None:
-        self.head = 0  # row the next sample goes to
-        self.size = 0
-        self.overwritten = 0
-
-    def next_row(self) -> np.ndarray:
-        """The row (1 + 3n,) to fill with the next sample, a view into the buffer."""
-        row = self.data[self.head]
-        self.head = (self.head + 1) % self.capacity
-        if self.size == self.capacity:
-            self.overwritten += 1
-        else:
-            self.size += 1
-        return row
-
-    def chronological(self) -> tuple:
-        """Copies of the samples, oldest first: time (N,) s, q, dq, effort (N, n), each contiguous;
-        one copy of the buffer in all (the recording goes on while they are used)."""
-        start = (self.head - self.size) % self.capacity
-        if start + self.size <= self.capacity:
-            pieces = (self.data[start:start + self.size],)
-        else:  # wrapped: the oldest rows are at the end
-            pieces = (self.data[start:], self.data[:self.head])
-        n = len(self.joint_names)
-        columns = (0, slice(1, 1 + n), slice(1 + n, 1 + 2 * n), slice(1 + 2 * n, None))
-        return tuple(np.concatenate([piece[:, c] for piece in pieces]) for c in columns)
-
-
-def gravity_torque(robot: Robot, q: np.ndarray) -> np.ndarray:
-    """The nominal model's gravity torque g(q) (N, n) N m for q (N, n) rad in robot joint order."""
-    theta = robot.nominal_parameters.reshape(-1)
-    out = np.empty_like(q)
-    zeros = np.zeros((min(GRAVITY_CHUNK, len(q)), robot.n_joints))
-    for start in range(0, len(q), GRAVITY_CHUNK):
-        block = q[start:start + GRAVITY_CHUNK]
-        still = zeros[:len(block)]
-        out[start:start + len(block)] = robot.regressor(block, still, still) @ theta
-    return out
-
-
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-def automatic_decimation(n_samples: int, sample_rate: float, cutoff_hz: float) -> int:
-    """Decimation that keeps about TARGET_ROWS of ``n_samples`` (at ``sample_rate`` Hz), but at
-    least ROWS_PER_CUTOFF * ``cutoff_hz`` rows per second."""
-    finest = max(1, int(sample_rate / (ROWS_PER_CUTOFF * cutoff_hz)))
-    return int(min(max(1, math.ceil(n_samples / TARGET_ROWS)), finest))
 
 
 class Identifier(Node):
@@ -278,7 +212,8 @@ class Identifier(Node):
     def __init__(self, **kwargs):
         super().__init__("identifier", **kwargs)
         for name, (default, text) in PARAMETERS.items():
-            self.declare_parameter(name, default, _describe(text, read_only=(name == "buffer_capacity")))
+            self.declare_parameter(name, default, _describe(text, read_only=name in ("buffer_capacity",
+                                                                                     "state_blocks")))
         # start-up values are not seen by the callback: report bad ones now, identify refuses them
         for name in PARAMETERS:
             reason = check_parameter(name, self._param(name))
@@ -287,20 +222,17 @@ class Identifier(Node):
                 self.get_logger().error(f"invalid parameter: {reason}{fallback}")
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
-        capacity = self._param("buffer_capacity")
-        self._capacity = capacity if capacity >= 1 else DEFAULT_CAPACITY  # read-only: no later fix possible
-        self._lock = threading.Lock()  # buffer and counters: the subscription and services may run in parallel
+        capacity = self._param("buffer_capacity")  # read-only: no later fix possible
+        # samples, screening and counters, with the lock the subscription and the threads share
+        self.live_recording = LiveRecording(capacity if capacity >= 1 else DEFAULT_CAPACITY)
+        self._last_warning = -math.inf
         self._robot_lock = threading.Lock()
         self._robot: Robot | None = None
         self._robot_key = None  # (model, terminal_body) the robot was loaded from
         self._load_failure = None  # (key, reason) of the last failed load, not retried per message
-        self._buffer: SampleBuffer | None = None
-        self._layouts = {}  # JointState name tuple -> indices into [position|velocity|effort], or a reason
-        # the model when parameter 'model' is empty (issue 14)
+        # the model when parameter 'model' is empty
         self._description = RobotDescription(self, self._on_robot_description)
-        self._reset_counters()
-        self._receive_stamped = False
-        self._ensure_buffer()
+        self._start_recording()
         self.last_report = ""  # result table of the last successful identification
         self._truth = None  # (path, Robot) of the truth model last loaded
         self._identify_lock = threading.Lock()  # one identification at a time, each in a thread of its own
@@ -310,41 +242,40 @@ class Identifier(Node):
         # loaded machine and for an identification holding the GIL
         joint_qos = QoSProfile(depth=JOINT_STATES_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
                                history=HistoryPolicy.KEEP_LAST)
-        self._joint_sub = self.create_subscription(JointState, "joint_states", self._on_joint_state, joint_qos)
+        if self._param("state_blocks"):
+            self._joint_sub = self.create_subscription(Float64MultiArray, "sysid/joint_state_block",
+                                                       self._on_state_block, joint_qos)
+        else:
+            self._joint_sub = self.create_subscription(JointState, "joint_states", self._on_joint_state, joint_qos)
         # late subscribers (a dashboard started after the run) still get the last result
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._result_pub = self.create_publisher(String, "sysid/result", latched)
+        self._payload_pub = self.create_publisher(Inertia, "sysid/payload", latched)
         # a group of its own: a pending identify (a coroutine awaiting the thread) holds its
         # callback group until it answers, and the recording must not wait for it
         self._identify_service = self.create_service(Trigger, "sysid/identify", self._on_identify,
                                                      callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(Trigger, "sysid/reset", self._on_reset)
+        self.create_service(Trigger, "sysid/save_recording", self._on_save_recording)
         # the publisher latches its done flag, so a late identifier still sees the last one
         self._done = False
         self.create_subscription(Bool, "sysid/done", self._on_done, latched)
         # identify_on_done waits for the queue to drain; a steady clock, since sim time stops
-        # when the simulator pauses
-        self._settle = None  # (received count at the last tick, wall deadline)
+        # when the simulator pauses. _settle: (received at the last tick, ticks without a new
+        # sample, stamp of a sample of a source that ran on, ns, wall limit)
+        self._settle = None
         self._settle_timer = self.create_timer(SETTLE_QUIET_S, self._on_settle_timer,
                                                clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._settle_timer.cancel()
-        self._create_recording_io()
         topic = self._joint_sub.topic_name
-        if self._buffer is not None:
-            self.get_logger().info(f"recording {topic} (the latest {self._capacity} samples, "
-                                   f"{self._buffer.nbytes / 1e6:.0f} MB); call {self._identify_service.service_name} "
+        if self.buffer is not None:
+            self.get_logger().info(f"recording {topic} (the latest {self.live_recording.capacity} samples, "
+                                   f"{self.buffer.nbytes / 1e6:.0f} MB); call {self._identify_service.service_name} "
                                    "when done")
         else:
             self.get_logger().warning(f"not recording {topic} until parameter 'model' names a loadable MJCF or "
                                       f"URDF; {self._description.waiting}")
-
-    def _create_recording_io(self) -> None:
-        """sysid/save_recording; sysid/payload out (issue 14)."""
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self._payload_pub = self.create_publisher(Inertia, "sysid/payload", latched)
-        self.create_service(Trigger, "sysid/save_recording", self._on_save_recording)
 
     # ------------------------------------------------------------------ parameters
 
@@ -362,36 +293,28 @@ class Identifier(Node):
                     return SetParametersResult(successful=False, reason=reason)
         return SetParametersResult(successful=True)
 
-    # ------------------------------------------------------------------ model and buffer
+    # ------------------------------------------------------------------ model and recording
 
     @property
     def received(self) -> int:
-        return self._received
+        return self.live_recording.received
 
     @property
     def rejected(self) -> int:
-        return self._rejected
+        return self.live_recording.rejected
 
     @property
     def stored(self) -> int:
-        return 0 if self._buffer is None else self._buffer.size
+        return self.live_recording.stored
 
     @property
     def overwritten(self) -> int:
-        return 0 if self._buffer is None else self._buffer.overwritten
+        return self.live_recording.overwritten
 
     @property
     def buffer(self) -> SampleBuffer | None:
-        return self._buffer
-
-    def _reset_counters(self) -> None:
-        """Counters and screening state of a new recording."""
-        self._received = 0
-        self._rejected = 0
-        self._last_rejection = None
-        self._rejections = {}  # kind -> {"count", "first", "last"} (screening's few kinds)
-        self._last_warning = -math.inf
-        self._last_ns = None  # stamp of the last sample kept, ns
+        """The live recording's buffer; None until a model loaded."""
+        return self.live_recording.buffer
 
     def _robot_for_parameters(self) -> Robot:
         """The nominal robot of the current ``model``/``terminal_body``, loaded when they changed."""
@@ -415,17 +338,15 @@ class Identifier(Node):
             return self._robot
 
     def _on_robot_description(self, robot: Robot) -> None:
-        with self._lock:
-            self._load_failure = None  # a new model to try
-            if self._param("model"):
-                self.get_logger().info("robot_description received; parameter 'model' takes precedence")
-            elif self._buffer is None:
-                self._ensure_buffer()  # the recording starts
+        self._load_failure = None  # a new model to try
+        if self._param("model"):
+            self.get_logger().info("robot_description received; parameter 'model' takes precedence")
+        elif self.live_recording.joint_names is None:
+            self._start_recording()
 
-    def _ensure_buffer(self) -> bool:
-        """Allocate the buffer for the model's joints if there is none yet; False when no model loads."""
-        if self._buffer is not None:
-            return True
+    def _start_recording(self) -> bool:
+        """Record the joints of the model the parameters name; False when it does not load (tried
+        again once 'model' or 'terminal_body' changed)."""
         key = (self._param("model"), self._param("terminal_body"))
         if self._load_failure is not None and self._load_failure[0] == key:
             return False
@@ -436,43 +357,55 @@ class Identifier(Node):
             if key[0]:  # waiting for robot_description is no error: the constructor and RobotDescription say so
                 self.get_logger().error(f"no model loaded, JointState messages are rejected: {err}")
             return False
-        self._buffer = SampleBuffer(self._capacity, robot.joint_names)
-        self._layouts.clear()
+        self.live_recording.start(robot.joint_names)
         return True
 
     # ------------------------------------------------------------------ recording
 
-    def _layout(self, names) -> np.ndarray | tuple:
-        """Indices into a message's [position | velocity | effort] giving the buffer's q, dq,
-        effort columns, or (kind, reason) when the names cannot serve the model."""
-        layout = self._layouts.get(names)
-        if layout is None:
-            where = {}
-            for i, name in enumerate(names):
-                where.setdefault(name, i)
-            missing = [j for j in self._buffer.joint_names if j not in where]
-            twice = screening.duplicate_names(names)
-            if twice:  # which copy is meant? none is taken
-                layout = (screening.DUPLICATE_NAMES, twice)
-            elif missing:
-                layout = (screening.MISSING_JOINTS, f"lacks the model joints {missing}")
-            else:
-                idx = np.array([where[j] for j in self._buffer.joint_names])
-                m = len(names)
-                layout = np.concatenate((idx, m + idx, 2 * m + idx))
-            if len(self._layouts) >= MAX_NAME_LAYOUTS:
-                self._layouts.clear()
-            self._layouts[names] = layout
-        return layout
+    def _on_joint_state(self, msg: JointState) -> None:
+        recording = self.live_recording
+        if recording.joint_names is None and not self._start_recording():
+            self._tell(recording.refuse(screening.NO_MODEL, f"no model loaded ({self._load_failure[1]})"))
+            return
+        stamp = msg.header.stamp
+        sec, nanosec = stamp.sec, stamp.nanosec
+        unstamped = sec == 0 and nanosec == 0
+        stamp_ns = self.get_clock().now().nanoseconds if unstamped else sec * 1_000_000_000 + nanosec
+        event = recording.add(tuple(msg.name), stamp_ns, msg.position, msg.velocity, msg.effort, unstamped)
+        if event is not None:
+            self._tell(event)
 
-    def _reject(self, kind: str, detail: str) -> None:
-        self._rejected += 1
-        reason = f"message {self._received}: {detail}"
-        self._last_rejection = reason
-        entry = self._rejections.setdefault(kind, {"count": 0, "first": reason})
-        entry["count"] += 1
-        entry["last"] = reason
-        self._warn(f"JointState rejected: {reason} ({self._rejected} of {self._received} rejected so far)")
+    def _on_state_block(self, msg: Float64MultiArray) -> None:
+        recording = self.live_recording
+        dims = msg.layout.dim
+        if recording.joint_names is None and not self._start_recording():
+            self._tell(recording.refuse(screening.NO_MODEL, f"no model loaded ({self._load_failure[1]})"))
+            return
+        names = tuple(dims[1].label.split(",")) if len(dims) == 2 else ()
+        width = 1 + 3 * len(names)
+        if not names or dims[0].label != "samples" or dims[1].size != width or len(msg.data) != dims[0].size * width:
+            self._tell(recording.refuse(screening.INCOMPLETE, "a state block whose layout does not describe its "
+                                                              "data (samples x [stamp, q, dq, effort] per joint)"))
+            return
+        n = len(names)
+        rows = np.frombuffer(msg.data).reshape(dims[0].size, width)
+        for event in recording.add_block(names, rows[:, 0].astype(np.int64), rows[:, 1:1 + n], rows[:, 1 + n:1 + 2 * n],
+                                         rows[:, 1 + 2 * n:]):
+            self._tell(event)
+
+    def _tell(self, event: tuple) -> None:
+        """Log what LiveRecording.add reported: (kind, "message k: what")."""
+        kind, text = event
+        if kind == RECEIVE_STAMPED:
+            self.get_logger().warning(
+                "JointState header stamps are zero: using the receive time (node clock) instead; identify "
+                "spreads batches delivered at once back at the source's measured rate, but the delivery "
+                "delays add timing error: stamp the messages at the source")
+        elif kind == screening.NEW_STRETCH:
+            self._warn(f"JointState {text}: the clock jumped back, a new stretch of the recording starts")
+        else:
+            recording = self.live_recording
+            self._warn(f"JointState rejected: {text} ({recording.rejected} of {recording.received} rejected so far)")
 
     def _warn(self, text: str) -> None:
         # throttled here: rclpy's own throttling inspects the call stack on every call,
@@ -482,83 +415,15 @@ class Identifier(Node):
             self._last_warning = now
             self.get_logger().warning(text)
 
-    def _screen(self, values: np.ndarray, stamp_ns: int, unstamped: bool) -> tuple | None:
-        """(kind, detail) when a sample is refused; starts a new stretch when its clock jumped back."""
-        if self._last_ns is not None and unstamped != self._receive_stamped:
-            return screening.STAMP_KIND, ("no header stamp in a recording of stamped messages" if unstamped else
-                                          "a header stamp in a recording of unstamped messages (receive times)")
-        fault = screening.non_finite(values, self._buffer.joint_names)
-        if fault:
-            return screening.NON_FINITE, fault
-        fault = screening.stamp_fault(stamp_ns, self._last_ns, equal_allowed=unstamped)
-        if fault is None:
-            return None
-        if fault[0] == screening.NEW_STRETCH:
-            self._warn(f"JointState message {self._received}: {fault[1]}: the clock jumped back, a new stretch "
-                       "of the recording starts")
-            return None
-        return screening.STAMP_ORDER, fault[1]
-
-    def _on_joint_state(self, msg: JointState) -> None:
-        with self._lock:
-            self._received += 1
-            if self._buffer is None and not self._ensure_buffer():
-                self._reject(screening.NO_MODEL, f"no model loaded ({self._load_failure[1]})")
-                return
-            names = tuple(msg.name)
-            m = len(names)
-            sizes = (len(msg.position), len(msg.velocity), len(msg.effort))
-            if sizes != (m, m, m):
-                empty = [f for f, s in zip(("position", "velocity", "effort"), sizes) if s == 0]
-                self._reject(screening.INCOMPLETE, f"no {'/'.join(empty)} values" if empty else
-                             f"position/velocity/effort have {sizes[0]}/{sizes[1]}/{sizes[2]} values for {m} names")
-                return
-            layout = self._layout(names)
-            if isinstance(layout, tuple):
-                self._reject(*layout)
-                return
-            stamp = msg.header.stamp
-            unstamped = stamp.sec == 0 and stamp.nanosec == 0
-            if unstamped:
-                stamp_ns = self.get_clock().now().nanoseconds
-                t = stamp_ns * 1e-9
-            else:
-                stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
-                t = stamp.sec + 1e-9 * stamp.nanosec
-            # the fields are array.array('d'): joined as arrays, then one NumPy view (a few times
-            # faster than np.concatenate on three buffers, and this runs at the sensor rate)
-            values = np.frombuffer(msg.position + msg.velocity + msg.effort)[layout]
-            fault = self._screen(values, stamp_ns, unstamped)
-            if fault:
-                self._reject(*fault)
-                return
-            if self._last_ns is None:
-                self._receive_stamped = unstamped
-                if unstamped:
-                    self.get_logger().warning(
-                        "JointState header stamps are zero: using the receive time (node clock) instead; identify "
-                        "spreads batches delivered at once back at the source's measured rate, but the delivery "
-                        "delays add timing error: stamp the messages at the source")
-            self._last_ns = stamp_ns
-            row = self._buffer.next_row()
-            row[0] = t
-            row[1:] = values
-
     def _on_reset(self, request, response):
-        with self._lock:
-            if self._buffer is not None:
-                self._buffer.clear()
-            self._reset_counters()
-            self._receive_stamped = False
+        self.live_recording.clear()
+        self._last_warning = -math.inf
+        self._load_failure = None
+        try:
             # a model with other joints gets a buffer of its own
-            try:
-                robot = self._robot_for_parameters()
-                if self._buffer is not None and self._buffer.joint_names != robot.joint_names:
-                    self._buffer = None
-            except SysidError:
-                pass
-            self._load_failure = None
-            self._ensure_buffer()
+            self.live_recording.start(self._robot_for_parameters().joint_names)
+        except SysidError:
+            pass  # the recording keeps its joints, or the next message says why there are none
         response.success = True
         response.message = "recording cleared"
         self.get_logger().info(response.message)
@@ -598,7 +463,7 @@ class Identifier(Node):
                 k += 1
                 path = base.with_name(f"{base.name}_{k}")
         write_rosbag(path, recording, topic=self._joint_sub.topic_name, storage="mcap", start_ns=0)
-        self.get_logger().info(f"saved {counts['recorded']} samples ({counts['stretches']} stretches) to {path}")
+        self.get_logger().info(f"saved {counts.recorded} samples ({counts.stretches} stretches) to {path}")
         return Path(path)
 
     # ------------------------------------------------------------------ identification
@@ -606,14 +471,23 @@ class Identifier(Node):
     def _on_done(self, msg: Bool) -> None:
         finished, self._done = msg.data and not self._done, msg.data
         if finished and self._param("identify_on_done"):
-            # samples published before the flag may still be queued behind it: let them arrive
-            self._settle = (self._received, time.monotonic() + SETTLE_MAX_S)
+            # samples sent before the flag may still be queued or in flight behind it: let them arrive
+            run_on_ns = self.get_clock().now().nanoseconds + round(SETTLE_RUN_ON_S * 1e9)
+            self._settle = (self.received, 0, run_on_ns, time.monotonic() + SETTLE_LIMIT_S)
             self._settle_timer.reset()
 
     def _on_settle_timer(self) -> None:
-        count, deadline = self._settle
-        if self._received != count and time.monotonic() < deadline:
-            self._settle = (self._received, deadline)
+        """identify_on_done once the samples measured before the done flag are in, however long
+        the queue takes to drain: no new sample for two ticks in a row (the first quiet tick may
+        run before the executor took what was queued meanwhile: a round runs its timers first),
+        or a sample stamped SETTLE_RUN_ON_S after the flag arrived (a source that never stops)."""
+        count, quiet, run_on_ns, limit = self._settle
+        received = self.received
+        quiet = quiet + 1 if received == count else 0
+        last_ns = self.live_recording.last_stamp_ns
+        ran_on = last_ns is not None and last_ns >= run_on_ns
+        if quiet < 2 and not ran_on and time.monotonic() < limit:
+            self._settle = (received, quiet, run_on_ns, limit)
             return
         self._settle_timer.cancel()
         self._start_identification(auto=True)
@@ -713,59 +587,19 @@ class Identifier(Node):
             self._truth = (key, truth)
         return self._truth[1]
 
-    def _snapshot(self) -> tuple[Recording, dict]:
-        """The buffer's samples as one Recording (all recorded joints, effort as received; a
-        stretch of its own after each jump of the clock, receive times made send times) and the
-        counters at that moment (received, recorded, rejected, rejections, overwritten,
-        stretches, missing)."""
-        with self._lock:
-            if self._buffer is None or self._buffer.size == 0:
-                hint = f", {self._rejected} rejected (last: {self._last_rejection})" if self._rejected else ""
-                raise DataError(f"too few samples: none recorded from {self._joint_sub.topic_name} "
-                                f"({self._received} received{hint})")
-            time_s, q, dq, effort = self._buffer.chronological()
-            joints = self._buffer.joint_names
-            counts = {"received": self._received, "recorded": len(time_s), "rejected": self._rejected,
-                      "rejections": {k: dict(v) for k, v in self._rejections.items()},
-                      "overwritten": self._buffer.overwritten}
-            last, receive_stamped = self._last_rejection, self._receive_stamped
-        minimum = self._param("min_samples")
-        if len(time_s) < minimum:
-            hint = f", {counts['rejected']} rejected (last: {last})" if counts["rejected"] else ""
-            raise DataError(f"too few samples: {len(time_s)} recorded ({counts['received']} received{hint}), "
-                            f"min_samples is {minimum}: record longer")
-        recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped)
-        # lost samples leave holes in the stamps of a steady source; receive times have none to count
-        counts["missing"] = None if receive_stamped else screening.missing_in_stretches(recording, starts)
-        counts["recorded"], counts["stretches"] = recording.n_samples, len(starts)
-        return recording, counts
+    def _snapshot(self) -> tuple[Recording, RecordingCounts]:
+        """The live recording as it is now (every recorded joint, effort as received) and its counts."""
+        return self.live_recording.snapshot(self._param("min_samples"), self._joint_sub.topic_name)
 
-    def _bag_samples(self, robot: Robot, path: str) -> tuple[Recording, dict]:
-        """The recording file ``path`` (parameter 'recording'), its joints in robot order, effort
-        as recorded, and its counters."""
-        topic = self._param("recording_topic") or self._joint_sub.topic_name
-        loaded = read_recordings([path], robot.joint_names, topic=topic)
-        self.get_logger().info(f"read {path}: {loaded.summary()}")
-        minimum = self._param("min_samples")
-        if loaded.recording.n_samples < minimum:
-            raise DataError(f"too few samples: {loaded.recording.n_samples} in {path}, min_samples is {minimum}")
-        # stretches as the live recording had them (a saved one keeps its seams)
-        r = loaded.recording
-        recording, starts = screening.joined_stretches(r.time, r.q, r.dq, r.tau, r.joint_names)
-        counts = {"received": loaded.messages, "recorded": recording.n_samples,
-                  "rejected": sum(loaded.dropped.values()),
-                  "rejections": {reason: {"count": c} for reason, c in loaded.dropped.items()},
-                  "overwritten": 0, "stretches": len(starts),
-                  "missing": screening.missing_in_stretches(recording, starts)}
-        return recording, counts
-
-    def _recording(self, robot: Robot) -> tuple[Recording, dict]:
-        """The buffer (or the file of parameter 'recording') as a Recording in robot joint order,
-        effort converted to joint torque, and the counters at that moment (received, recorded,
-        rejected, rejections, overwritten, stretches, missing)."""
+    def _recording(self, robot: Robot) -> tuple[Recording, RecordingCounts]:
+        """The live recording (or the file of parameter 'recording') as a Recording in robot joint
+        order, effort converted to joint torque, and its counts at that moment."""
         path = self._param("recording")
+        topic = (self._param("recording_topic") if path else "") or self._joint_sub.topic_name
         if path:
-            measured, counts = self._bag_samples(robot, path)
+            loaded = read_recordings([path], robot.joint_names, topic=topic)
+            self.get_logger().info(f"read {path}: {loaded.summary()}")
+            measured, counts = saved_recording(loaded, self._param("min_samples"), path)
         else:
             recorded, counts = self._snapshot()
             joints = recorded.joint_names
@@ -775,37 +609,11 @@ class Identifier(Node):
                                 f"{list(joints)}): the model changed since recording started; call sysid/reset "
                                 "and record again")
             measured = recorded.select(robot.joint_names)
-        mode = self._param("effort_mode")
-        tau = measured.tau
-        if mode == "current":
-            n = robot.n_joints
-            constants = self._param("torque_constants") or []
-            ratios = self._param("gear_ratios") or [1.0] * n
-            for name, values in (("torque_constants", constants), ("gear_ratios", ratios)):
-                if len(values) != n:
-                    raise ValueError(f"effort_mode 'current' needs {name} with one value per model joint "
-                                     f"{list(robot.joint_names)}, got {len(values)}")
-            tau = tau * np.asarray(constants) * np.asarray(ratios)
-        elif mode == "gravity_compensated":
-            tau = tau + gravity_torque(robot, measured.q)
-        topic = (self._param("recording_topic") if self._param("recording") else "") or self._joint_sub.topic_name
-        notes = screening.lost_sample_notes(counts["missing"] or 0, counts["recorded"], topic)
+        tau = joint_torque(measured, robot, self._param("effort_mode"), self._param("torque_constants"),
+                           self._param("gear_ratios"))
+        notes = screening.lost_sample_notes(counts.missing or 0, counts.recorded, topic)
         return Recording(measured.time, measured.q, measured.dq, tau, measured.joint_names,
                          quality_notes=notes), counts
-
-    def _check_memory(self, robot: Robot, config: IdentificationConfig, samples: int) -> None:
-        """DataError, before any work, when identifying ``samples`` samples with ``config`` would
-        need more memory than the machine has: refused, not killed with the recording unsaved."""
-        rows = math.ceil(samples / config.filter.decimation)
-        needed = memory_needed(robot, config, rows) + FILTER_DOUBLES * 8 * samples * robot.n_joints
-        available = available_memory()
-        if available is not None and needed > available:
-            raise DataError(
-                f"identifying {samples} samples (decimation {config.filter.decimation}: {rows} rows of "
-                f"{robot.n_joints} joints, {len(column_names(robot, config))} parameters) needs about "
-                f"{describe_bytes(needed)} of memory; this machine has {describe_bytes(available)} available: "
-                "raise decimation (0: automatic) or use scope terminal, or save the recording "
-                "(sysid/save_recording) and identify it elsewhere; the recording is kept")
 
     def _publish_payload(self, result, robot: Robot, frame: str | None) -> dict | None:
         """Publish the payload (identified terminal body minus the model's) on sysid/payload as
@@ -849,14 +657,14 @@ class Identifier(Node):
         try:
             recording, counts = self._recording(robot)
             config = self._config(robot, recording)
-            self._check_memory(robot, config, recording.n_samples)
+            check_memory(robot, config, recording.n_samples, MEMORY_REMEDY)
             copied = time.perf_counter() - started
             fraction = self._param("validation_fraction")
             identification, validation = recording.split(fraction) if fraction > 0 else (recording, None)
             result = identify(robot, identification, config, validation=validation)
         except DataError as err:
             timing = any(k in str(err) for k in ("spacing", "time stamps"))
-            if not (timing and self._receive_stamped):
+            if not (timing and self.live_recording.receive_stamped):
                 raise
             raise DataError(f"{err} (the stamps are receive times, the messages had none)") from None
         # a failed verdict: params.json says why, no model file is written, nothing is published,
@@ -888,16 +696,16 @@ class Identifier(Node):
             self._result_pub.publish(String(data=json.dumps(document)))
             payload = self._publish_payload(result, robot, frame)
         self.last_report = format_result(result, document)
-        missing = counts["missing"]
+        missing = counts.missing
         self.get_logger().info(
-            f"\n{self.last_report}\nRecorded {counts['recorded']} samples ({counts['received']} received, "
-            f"{counts['rejected']} rejected, {counts['overwritten']} overwritten when the buffer was full, "
+            f"\n{self.last_report}\nRecorded {counts.recorded} samples ({counts.received} received, "
+            f"{counts.rejected} rejected, {counts.overwritten} overwritten when the buffer was full, "
             f"{'unknown' if missing is None else missing} missing from the stamps); "
             f"{result.metrics.n_samples} rows after filtering and decimation by {config.filter.decimation}")
         if missing:
             self.get_logger().warning(f"{missing} samples were lost before they reached the node (holes in the "
                                       f"stamps of {self._joint_sub.topic_name}); identified from the "
-                                      f"{counts['recorded']} that arrived")
+                                      f"{counts.recorded} that arrived")
 
         summary = {
             "verdict": result.verdict.level,
@@ -909,11 +717,11 @@ class Identifier(Node):
             "rmse": document["rmse"],
             "validation_rmse": document["validation_rmse"],  # None unless validation_fraction > 0
             "n_samples": document["n_samples"],
-            "recorded_samples": counts["recorded"],
-            "received_samples": counts["received"],
-            "rejected_samples": counts["rejected"],
-            "rejections": counts["rejections"],  # kind: count, first and last (message number: what)
-            "stretches": counts["stretches"],
+            "recorded_samples": counts.recorded,
+            "received_samples": counts.received,
+            "rejected_samples": counts.rejected,
+            "rejections": counts.rejections,  # kind: count, first and last (message number: what)
+            "stretches": counts.stretches,
             "missing_samples": missing,
             "decimation": config.filter.decimation,
             "condition_number": document["condition_number"],

@@ -1,8 +1,8 @@
-"""The identifier node against bad and unusual input (issue 12) and its recording workflow
-(issue 14), with real rclpy nodes: one bad sample never spoils the rest, receive-stamped
-batches, a clock that jumps back, memory refused up front, a failed verdict answers
-success=false, the model from robot_description, the recording saved as MCAP identifies to the
-same numbers, the payload as geometry_msgs/Inertia, and a seeded fuzz of JointState junk.
+"""The identifier node against bad and unusual input and its recording workflow, with real
+rclpy nodes: one bad sample never spoils the rest, receive-stamped batches, a clock that jumps
+back, memory refused up front, a failed verdict answers success=false, the model from
+robot_description, the recording saved as MCAP identifies to the same numbers, the payload as
+geometry_msgs/Inertia, and a seeded fuzz of JointState junk.
 
 Harness (nodes, executor, spin_until, call, Messages) from test_identifier_node.py.
 """
@@ -22,14 +22,15 @@ from conftest import MODELS
 from sysid_core import load_robot
 from sysid_core.dynamics.inertia import to_com_inertia
 from sysid_core.excitation.multisine import multisine
-from sysid_core.identification import screening
+from sysid_core.identification import run_size, screening
 from sysid_core.identification.identify import identify
+from sysid_core.identification.live_recording import MAX_NAME_LAYOUTS
 from sysid_core.identification.recording_files import read_rosbag
 from sysid_core.simulation import ideal_recording
 from sysid_ros import identifier as identifier_module
-from sysid_ros.identifier import EXIT_FAILED, MAX_NAME_LAYOUTS
-from test_identifier_node import (T0, TRUTH, Messages, call, data, executor, feed, make_identifier,  # noqa: F401
-                                  nodes, plain_node, spin_until, unique)
+from sysid_ros.identifier import EXIT_FAILED
+from test_identifier_node import (T0, TRUTH, Messages, call, data, executor, feed, handled,  # noqa: F401
+                                  make_identifier, nodes, plain_node, spin_until, unique)
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -154,7 +155,7 @@ def test_an_identification_bigger_than_the_memory_is_refused_up_front(data, exec
     _, _, recording = data
     identifier = make_identifier(nodes, output_dir=str(tmp_path), decimation=1)
     feed(identifier, [Messages(recording).message(i) for i in range(recording.n_samples)])
-    monkeypatch.setattr(identifier_module, "available_memory", lambda: 100 * 2 ** 20)
+    monkeypatch.setattr(run_size, "available_memory", lambda: 100 * 2 ** 20)
     monkeypatch.setattr(identifier_module, "identify", lambda *a, **k: pytest.fail("identify ran"))
     response = call(executor, nodes(plain_node, unique("client")), "/sysid/identify")
     assert not response.success
@@ -187,8 +188,11 @@ def test_a_failed_verdict_answers_false_and_leaves_no_model(data, executor, node
     assert summary["updated_model"] is None and "verdict is failed" in summary["updated_model_error"]
     assert not (tmp_path / "updated_model.xml").exists()
     assert json.loads((tmp_path / "params.json").read_text())["verdict"] == "failed"
-    spin_until(executor, lambda: False, timeout=0.3)
-    assert len(results) == 1 and summary["payload"] is None
+    late = []  # the last result published, as a subscriber joining now gets it: still the first run's
+    nodes(plain_node, unique("late_listener")).create_subscription(String, "/sysid/result",
+                                                                   lambda msg: late.append(msg.data), LATCHED)
+    assert spin_until(executor, lambda: late)
+    assert late == results[:1] and summary["payload"] is None
 
 
 def test_exit_when_done_after_a_failed_verdict_exits_3(data, executor, nodes, tmp_path):
@@ -197,11 +201,11 @@ def test_exit_when_done_after_a_failed_verdict_exits_3(data, executor, nodes, tm
                            plots=False, effort_mode="current", torque_constants=[-1.0] * 7)
     feed(node, [Messages(recording).message(i) for i in range(recording.n_samples)])
     nodes(plain_node, unique("done")).create_publisher(Bool, "/sysid/done", LATCHED).publish(Bool(data=True))
-    assert spin_until(executor, node.finished.done, timeout=60.0)
+    assert spin_until(executor, node.finished.done)
     assert node.finished.result() == EXIT_FAILED
 
 
-# --------------------------------------------------------------------------- issue 14: ROS workflow
+# --------------------------------------------------------------------------- ROS workflow
 
 def test_the_model_from_robot_description_and_the_payload_as_inertia(executor, nodes, tmp_path):
     """A URDF arm (robot_state_publisher's latched robot_description, the bare arm), its payload
@@ -264,8 +268,9 @@ def test_robot_description_that_does_not_load_is_answered_and_the_first_that_loa
     identifier.set_parameters([Parameter("terminal_body", value="link6")])
     assert identifier._robot_for_parameters().terminal_body == "link6"
 
+    descriptions = handled(identifier, "/described/robot_description")
     description.publish(String(data=(MODELS / "urdf" / "ur5e.urdf").read_text()))
-    spin_until(executor, lambda: False, timeout=0.5)
+    assert spin_until(executor, lambda: descriptions)
     assert identifier.buffer.joint_names == joints
     assert identifier._robot_for_parameters().joint_names == joints
 
@@ -350,9 +355,10 @@ def test_fuzzed_joint_states_keep_the_node_alive_bounded_and_every_good_sample(d
     assert identifier.received == len(messages) > 1.5 * good_count
 
     assert identifier.buffer is buffer and buffer.nbytes == capacity * (1 + 3 * 7) * 8  # no growth
-    assert len(identifier._layouts) <= MAX_NAME_LAYOUTS and len(identifier._rejections) <= 8
+    live = identifier.live_recording
+    assert len(live._layouts) <= MAX_NAME_LAYOUTS and len(live.rejections) <= 8
     assert identifier.rejected + identifier.stored == identifier.received and identifier.rejected > good_count // 2
-    with identifier._lock:
+    with live.lock:
         time_s, q, dq, effort = (a.copy() for a in buffer.chronological())
     kept = {round(t, 6): k for k, t in enumerate(time_s)}
     for i in good:

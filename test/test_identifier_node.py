@@ -2,9 +2,13 @@
 
 Every test runs its own nodes (unique names) in one rclpy context of this module and
 spins an executor only until a condition holds or a timeout expires, so nothing can hang.
+Behaviour is asserted on what the node handled and counted, never on how fast the machine is:
+a test waits until the node has handled a message before it asserts what followed, and the
+timeouts only catch hangs.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -30,14 +34,17 @@ from sysid_core import load_robot
 from sysid_core.excitation.multisine import multisine
 from sysid_core.excitation.trajectory import Trajectory
 from sysid_core.identification.identify import identify
+from sysid_core.identification.live_recording import gravity_torque
 from sysid_core.identification.recording import Recording
+from sysid_core.identification.run_size import automatic_decimation
 from sysid_core.simulation import ideal_recording
-from sysid_ros.identifier import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, Identifier, automatic_decimation, gravity_torque
+from sysid_ros.identifier import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, SETTLE_RUN_ON_S, Identifier
 
 NOMINAL = ROBOTS / "openarm_class.xml"
 TRUTH = ROBOTS / "openarm_class_payload.xml"
 T0 = 1000.0  # s, first header stamp (a robot's clock is not at zero)
-TIMEOUT = 20.0  # s, upper bound of every wait
+TIMEOUT = 300.0  # s, a guard against hangs, not a speed target
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 # --------------------------------------------------------------------------- fixtures and helpers
@@ -96,7 +103,7 @@ def spin_until(executor, condition, timeout: float = TIMEOUT) -> bool:
     return True
 
 
-def call(executor, client_node, service: str, timeout: float = 60.0) -> Trigger.Response:
+def call(executor, client_node, service: str, timeout: float = TIMEOUT) -> Trigger.Response:
     client = client_node.create_client(Trigger, service)
     try:
         assert spin_until(executor, client.service_is_ready), f"{service} not available"
@@ -148,8 +155,37 @@ def feed(node, messages):
         node._on_joint_state(msg)
 
 
+def handled(node, topic: str, wrap=None) -> list:
+    """The messages ``node``'s subscription to ``topic`` (resolved name) has handled, appended as
+    its callback returns; ``wrap(callback, msg)`` runs in its place when given."""
+    subscription = next(s for s in node.subscriptions if s.topic_name == topic)
+    seen, callback = [], subscription.callback
+    run = wrap or (lambda cb, msg: cb(msg))
+
+    def counted(msg):
+        run(callback, msg)
+        seen.append(msg)
+    subscription.callback = counted
+    return seen
+
+
+def done_flag(nodes, topic="/sysid/done"):
+    """A publisher of sysid/done as trajectory_publisher's: latched, depth 1."""
+    return nodes(plain_node, unique("done_flag")).create_publisher(Bool, topic, LATCHED)
+
+
+def identifications():
+    """The threads identifying (sysid/identify's and identify_on_done's)."""
+    return [thread for thread in threading.enumerate() if thread.name == "identify"]
+
+
+def settling(node) -> bool:
+    """Whether identify_on_done is waiting for the samples sent before a done flag."""
+    return not node._settle_timer.is_canceled()
+
+
 def buffer_snapshot(node):
-    with node._lock:
+    with node.live_recording.lock:
         return [a.copy() for a in node.buffer.chronological()]
 
 
@@ -221,10 +257,10 @@ CLIENT_SCRIPT = textwrap.dedent("""
     rclpy.init()
     node = rclpy.create_node("reset_client_" + sys.argv[1])
     client = node.create_client(Trigger, "/sysid/reset")
-    if not client.wait_for_service(timeout_sec=20.0):
+    if not client.wait_for_service(timeout_sec=float(sys.argv[2])):
         print(json.dumps({"error": "service not found"})); sys.exit(1)
     future = client.call_async(Trigger.Request())
-    rclpy.spin_until_future_complete(node, future, timeout_sec=20.0)
+    rclpy.spin_until_future_complete(node, future, timeout_sec=float(sys.argv[2]))
     if not future.done():
         print(json.dumps({"error": "no answer"})); sys.exit(1)
     print(json.dumps({"success": future.result().success, "message": future.result().message}))
@@ -242,12 +278,12 @@ def test_reset_from_another_process(data, executor, nodes, tmp_path):
 
     # the ROS wheels re-exec Python through a .pth hook: sys.executable and the environment
     # (ROS_DOMAIN_ID from conftest) make the child join this test's domain
-    child = subprocess.Popen([sys.executable, "-c", CLIENT_SCRIPT, uuid.uuid4().hex[:8]], env=os.environ,
+    child = subprocess.Popen([sys.executable, "-c", CLIENT_SCRIPT, uuid.uuid4().hex[:8], str(TIMEOUT)], env=os.environ,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # the service answers only while this process spins
-        finished = spin_until(executor, lambda: child.poll() is not None, timeout=60.0)
-        assert finished, "client process did not finish within 60 s"
+        finished = spin_until(executor, lambda: child.poll() is not None, timeout=3 * TIMEOUT)
+        assert finished, f"client process did not finish within {3 * TIMEOUT} s"
         out, err = child.communicate(timeout=5.0)
     finally:
         if child.poll() is None:
@@ -478,31 +514,113 @@ def test_current_and_gravity_compensated_efforts_give_the_torque_result(data, ex
 
 
 def test_identify_on_done_runs_once_per_finished_excitation(data, executor, nodes, tmp_path):
-    """What auto_identify of sim_identify.launch.py relies on: the latched done flag."""
+    """What auto_identify of sim_identify.launch.py relies on: the latched done flag. Each flag
+    is handled before the next is published (depth 1: one not taken yet would be replaced)."""
     _, _, recording = data
     node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True)
     messages = Messages(recording)
     feed(node, [messages.message(i) for i in range(recording.n_samples)])
-    flagger = nodes(rclpy.create_node, unique("done_flag"))
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    done = flagger.create_publisher(Bool, "/sysid/done", latched)
+    flags = handled(node, "/sysid/done")
+    done = done_flag(nodes)
     results = []
     listener = nodes(rclpy.create_node, unique("result_listener"))
-    listener.create_subscription(String, "/sysid/result", lambda msg: results.append(msg.data), latched)
+    listener.create_subscription(String, "/sysid/result", lambda msg: results.append(msg.data), LATCHED)
 
-    done.publish(Bool(data=False))
-    spin_until(executor, lambda: False, timeout=0.3)
-    assert not results  # not done yet: nothing identified
-    done.publish(Bool(data=True))
+    def publish(flag: bool):
+        done.publish(Bool(data=flag))
+        count = len(flags) + 1
+        assert spin_until(executor, lambda: len(flags) == count), f"sysid/done {flag} not handled"
+
+    publish(False)
+    assert not settling(node) and not results  # not done yet: nothing to identify
+    publish(True)
     assert spin_until(executor, lambda: len(results) == 1), "no identification after done"
     assert (tmp_path / "params.json").is_file()
-    done.publish(Bool(data=True))  # still done: no second run
-    spin_until(executor, lambda: False, timeout=0.5)
-    assert len(results) == 1
-    done.publish(Bool(data=False))  # a new excitation starts (depth 1: let it arrive first)
-    spin_until(executor, lambda: False, timeout=0.3)
-    done.publish(Bool(data=True))  # and finishes
+    publish(True)  # still done: no second run
+    assert not settling(node)
+    publish(False)  # a new excitation starts
+    assert not settling(node)
+    publish(True)  # and finishes
     assert spin_until(executor, lambda: len(results) == 2), "no identification after the second run"
+    assert spin_until(executor, lambda: not identifications())  # its figures written
+
+
+def test_identify_on_done_waits_for_quiet_or_for_a_sample_stamped_after_the_flag(data, executor, nodes, tmp_path,
+                                                                                  capfd):
+    """The wait for the samples measured before the flag, its ticks run by hand: one tick without
+    a new sample is not quiet yet (it may run before the executor took what was queued
+    meanwhile), two are; samples stamped before the flag's arrival plus SETTLE_RUN_ON_S keep it
+    waiting however many ticks they take, the first stamped later ends it (a source that never
+    stops). The node's clock is simulated: the flag arrives at a known time."""
+    _, _, recording = data
+    node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True, plots=False, use_sim_time=True)
+    clock = nodes(plain_node, unique("clock_source")).create_publisher(Clock, "/clock", 10)
+    arrival = 2000.0  # s, the node's clock when the flag arrives
+    clock.publish(Clock(clock=Time(sec=int(arrival))))
+    assert spin_until(executor, lambda: node.get_clock().now().nanoseconds == round(arrival * 1e9))
+    messages = Messages(recording)
+
+    def flag(value: bool):
+        node._on_done(Bool(data=value))
+
+    flag(True)  # nothing recorded: a quick refusal
+    node._on_settle_timer()
+    assert settling(node)
+    node._on_settle_timer()
+    assert not settling(node)
+    assert spin_until(executor, lambda: not identifications())
+    flag(False)
+
+    # a steady source at 500 Hz: sample 3000 measured 1 ms after the flag arrived, 3999 is the
+    # last measured within SETTLE_RUN_ON_S of it
+    start = arrival + 1e-3 - recording.time[3000]
+    assert start + recording.time[3999] < arrival + SETTLE_RUN_ON_S <= start + recording.time[4000]
+    feed(node, [messages.message(i, stamp=start + recording.time[i]) for i in range(3000)])
+    flag(True)
+    for i in range(3000, 4000):
+        feed(node, [messages.message(i, stamp=start + recording.time[i])])
+        if i % 50 == 0:  # a tick every 0.1 s of the source's time: never quiet
+            node._on_settle_timer()
+            assert settling(node)
+    node._on_settle_timer()
+    assert settling(node)
+    feed(node, [messages.message(4000, stamp=start + recording.time[4000])])
+    node._on_settle_timer()
+    assert not settling(node)
+    assert spin_until(executor, lambda: not identifications())
+    answers = re.findall(rf"\[{node.get_name()}\]: identify_on_done: (.*)", capfd.readouterr().err)
+    assert len(answers) == 2 and "too few samples: none recorded" in answers[0], answers
+    summary = json.loads(answers[1])
+    assert summary["received_samples"] == summary["recorded_samples"] == recording.n_samples
+    assert summary["missing_samples"] == 0
+
+
+def test_identify_on_done_identifies_every_sample_sent_before_the_flag(data, executor, nodes, tmp_path, capfd):
+    """However long the queue takes to drain: the node takes 1 ms per message here, as a loaded
+    machine would, so the samples published before sysid/done arrive over twice SETTLE_RUN_ON_S
+    after it; none may be left out (their stamps are far behind the node's clock: only the quiet
+    ends the wait)."""
+    _, _, recording = data
+    n = recording.n_samples
+    assert n * 1e-3 > 2 * SETTLE_RUN_ON_S
+    node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True, exit_when_done=True,
+                           plots=False)
+    handled(node, "/joint_states", wrap=lambda callback, msg: (time.sleep(1e-3), callback(msg)))
+    # deep enough that no sample leaves the writer's history before it is acknowledged
+    publisher = nodes(plain_node, unique("joint_state_source")).create_publisher(
+        JointState, "/joint_states", QoSProfile(depth=n, reliability=ReliabilityPolicy.RELIABLE))
+    done = done_flag(nodes)
+    assert spin_until(executor, lambda: publisher.get_subscription_count() >= 1 and done.get_subscription_count() >= 1)
+    source = Messages(recording)
+    for i in range(n):
+        publisher.publish(source.message(i))
+    done.publish(Bool(data=True))
+    assert spin_until(executor, node.finished.done), "identify_on_done did not finish the node"
+    answer = re.search(rf"\[{node.get_name()}\]: identify_on_done: (.*)", capfd.readouterr().err).group(1)
+    assert answer.startswith("{"), answer
+    summary = json.loads(answer)
+    assert summary["received_samples"] == summary["recorded_samples"] == n
+    assert node.finished.result() == EXIT_OK
 
 
 def test_exit_when_done_under_a_namespace_with_the_truth_and_lost_samples(data, executor, nodes, tmp_path):
@@ -515,19 +633,20 @@ def test_exit_when_done_under_a_namespace_with_the_truth_and_lost_samples(data, 
     messages = Messages(recording)
     lost = set(range(1000, 1003)) | set(range(2500, 2530))  # a short and a long hole
     feed(node, [messages.message(i) for i in range(recording.n_samples) if i not in lost])
-    flagger = nodes(rclpy.create_node, unique("done_flag"))
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    elsewhere = flagger.create_publisher(Bool, "/sysid/done", latched)
-    done = flagger.create_publisher(Bool, "/robot1/sysid/done", latched)
-    for flag in (False, True):  # another graph's run ends: not ours
-        elsewhere.publish(Bool(data=flag))
-        spin_until(executor, lambda: False, timeout=0.3)
+    assert [s.topic_name for s in node.subscriptions if s.topic_name.endswith("sysid/done")] == ["/robot1/sysid/done"]
+    flags = handled(node, "/robot1/sysid/done")
+    elsewhere, done = done_flag(nodes), done_flag(nodes, "/robot1/sysid/done")
+    heard = []  # another graph's run ends, as a node of that graph hears it: not ours
+    nodes(plain_node, unique("other_graph")).create_subscription(Bool, "/sysid/done", heard.append, LATCHED)
+    elsewhere.publish(Bool(data=True))
+    assert spin_until(executor, lambda: heard)
     done.publish(Bool(data=False))
-    spin_until(executor, lambda: False, timeout=0.3)
+    assert spin_until(executor, lambda: flags)
+    assert [flag.data for flag in flags] == [False] and not settling(node)
     assert not node.finished.done() and not (tmp_path / "params.json").exists()
 
     done.publish(Bool(data=True))
-    assert spin_until(executor, node.finished.done, timeout=60.0), "identify_on_done did not finish the node"
+    assert spin_until(executor, node.finished.done), "identify_on_done did not finish the node"
     assert node.finished.result() == EXIT_OK
     assert (tmp_path / "updated_model.xml").is_file() and (tmp_path / "torque_fit.png").is_file()
     document = json.loads((tmp_path / "params.json").read_text())
@@ -546,10 +665,8 @@ def test_exit_when_done_reports_bad_input_in_the_exit_status(data, executor, nod
     node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True, exit_when_done=True)
     messages = Messages(recording)
     feed(node, [messages.message(i) for i in range(500)])  # too few
-    flagger = nodes(rclpy.create_node, unique("done_flag"))
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    flagger.create_publisher(Bool, "/sysid/done", latched).publish(Bool(data=True))
-    assert spin_until(executor, node.finished.done, timeout=60.0)
+    done_flag(nodes).publish(Bool(data=True))
+    assert spin_until(executor, node.finished.done)
     assert node.finished.result() == EXIT_BAD_INPUT
     assert not (tmp_path / "params.json").exists()
 
@@ -576,7 +693,7 @@ def test_the_recording_goes_on_while_identifying(data, executor, nodes, tmp_path
         assert spin_until(executor, lambda: identifier.stored == recording.n_samples or future.done())
         assert not future.done() and identifier.stored == recording.n_samples, \
             "the pending identification stopped the recording"
-    assert spin_until(executor, future.done, timeout=60.0)
+    assert spin_until(executor, future.done)
     answer = json.loads(future.result().message)
     assert answer["recorded_samples"] == recording.n_samples
     assert identifier.rejected == 0
@@ -593,12 +710,6 @@ def test_automatic_decimation_bounds_the_rows_but_not_below_the_filter_band(n_sa
     assert automatic_decimation(n_samples, rate, cutoff) == expected
 
 
-def _done_flag(nodes, topic="/sysid/done"):
-    flagger = nodes(rclpy.create_node, unique("done_flag"))
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    return flagger.create_publisher(Bool, topic, latched)
-
-
 def test_a_failed_verdict_answers_false_writes_no_model_and_fails_the_exit(data, executor, nodes, tmp_path):
     """The arm never moves (it holds its pose against gravity, the sensors only see noise): a
     result comes out, but its verdict is failed. The answer carries the verdict, params.json
@@ -613,8 +724,8 @@ def test_a_failed_verdict_answers_false_writes_no_model_and_fails_the_exit(data,
     node = make_identifier(nodes, output_dir=str(tmp_path), identify_on_done=True, exit_when_done=True)
     messages = Messages(held)
     feed(node, (messages.message(i) for i in range(n)))
-    _done_flag(nodes).publish(Bool(data=True))
-    assert spin_until(executor, node.finished.done, timeout=60.0), "identify_on_done did not finish the node"
+    done_flag(nodes).publish(Bool(data=True))
+    assert spin_until(executor, node.finished.done), "identify_on_done did not finish the node"
     assert node.finished.result() == EXIT_FAILED
     assert not (tmp_path / "updated_model.xml").exists()
     assert json.loads((tmp_path / "params.json").read_text())["verdict"] == "failed"
