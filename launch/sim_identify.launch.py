@@ -7,9 +7,12 @@
 
 ``model`` is the arm as you believe it is (used for feed-forward and identification),
 ``truth_model`` the arm that is simulated (e.g. with the real payload); the identifier
-compares its result with it. With ``realtime:=false`` the simulator runs as fast as it can,
-with ``realtime:=true`` at most at the wall clock's pace; in both it publishes the clock, which
-the trajectory_publisher follows. With ``auto_identify:=true``
+compares its result with it. With ``realtime:=false`` the simulator runs as fast as it can
+(the excitation sent ahead as a preview, the samples in state blocks), with ``realtime:=true``
+at most at the wall clock's pace (a JointState per period, as the arm it stands in for); in
+both it publishes the clock, which the trajectory_publisher follows. The nodes get the
+parameters ``sysid-sim-identify`` gives them (``sysid_ros.sim_identify.graph_parameters``) over
+the parameter file. With ``auto_identify:=true``
 the identifier runs as soon as the excitation is done (the simulator then pauses) and logs
 the result table; ``exit_when_done:=true`` then ends the launch: exit status 0 when
 updated_model.xml was written, 1 (with the identifier's reason in the log) when not.
@@ -18,12 +21,13 @@ Every name is relative to ``namespace``, the clock included (``/clock`` is remap
 ``<namespace>/clock``), so graphs under two namespaces identify two arms side by side.
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, RegisterEventHandler, Shutdown
-from launch.conditions import IfCondition
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler, Shutdown
 from launch.event_handlers import OnProcessExit
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
+
+from sysid_ros.sim_graph import graph_parameters
 
 ARGUMENTS = {  # name: (default, description); a default of None makes the argument required
     "model": ("config/robots/openarm_class.xml", "nominal MJCF of the arm: feed-forward and identification"),
@@ -48,35 +52,25 @@ def _identification_ended(event, context):
     return [Shutdown(reason="identification done")]
 
 
+def _nodes(context):
+    """The three nodes, their parameters resolved now that the arguments are known."""
+    arg = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
+    truthy = {name: arg[name].lower() in ("true", "1") for name in ("realtime", "auto_identify", "exit_when_done")}
+    parameters = graph_parameters(arg["model"], arg["truth_model"], arg["output_dir"], truthy["realtime"])
+    parameters["identifier"].update(identify_on_done=truthy["auto_identify"], exit_when_done=truthy["exit_when_done"])
+    common = dict(package="sysid_ros", namespace=arg["namespace"], output="screen", remappings=[("/clock", "clock")])
+    nodes = {name: Node(executable=name, name=name, **common, parameters=[arg["config"], parameters[name]])
+             for name in ("mujoco_sim", "trajectory_publisher", "identifier")}
+    actions = list(nodes.values())
+    if truthy["exit_when_done"]:
+        actions.append(RegisterEventHandler(OnProcessExit(target_action=nodes["identifier"],
+                                                          on_exit=_identification_ended)))
+    return actions
+
+
 def generate_launch_description():
     share = FindPackageShare("sysid_ros")
-    arg = {name: LaunchConfiguration(name) for name in ARGUMENTS}
     declared = [DeclareLaunchArgument(name, description=text, default_value=(
                     PathJoinSubstitution([share, default]) if name in SHARED else default))
                 for name, (default, text) in ARGUMENTS.items()]
-    is_true = (lambda value: PythonExpression(["'", value, "'.lower() in ('true', '1')"]))
-    # the trajectory_publisher follows the simulated clock in both modes, so the simulator stays
-    # in step with its commands however loaded the machine; the identifier needs no clock (the
-    # samples carry their stamps)
-    common = dict(package="sysid_ros", namespace=arg["namespace"], output="screen",
-                  remappings=[("/clock", "clock")])
-
-    identifier = Node(executable="identifier", name="identifier", **common, parameters=[arg["config"], {
-        "model": arg["model"], "truth_model": arg["truth_model"], "output_dir": arg["output_dir"],
-        "identify_on_done": is_true(arg["auto_identify"]), "exit_when_done": is_true(arg["exit_when_done"]),
-        "simulated_physics": True}])  # the data come from MuJoCo's forward simulation
-    return LaunchDescription(declared + [
-        # the simulation starts once the trajectory_publisher and the identifier listen: the
-        # recording misses no sample however slowly they start
-        Node(executable="mujoco_sim", name="mujoco_sim", **common, parameters=[arg["config"], {
-            "model": arg["truth_model"], "realtime": is_true(arg["realtime"]), "wait_for_subscribers": 2,
-            # real time: 5 periods per wall-timer call, so a loaded machine keeps up with 1 kHz (the
-            # other nodes live in other processes and take the bursts); as fast as possible: one
-            # period per call, in step with the commands
-            "steps_per_callback": PythonExpression(["5 if ", is_true(arg["realtime"]), " else 1"])}]),
-        Node(executable="trajectory_publisher", name="trajectory_publisher", **common, parameters=[arg["config"], {
-            "model": arg["model"], "use_sim_time": True}]),
-        identifier,
-        RegisterEventHandler(OnProcessExit(target_action=identifier, on_exit=_identification_ended),
-                             condition=IfCondition(arg["exit_when_done"])),
-    ])
+    return LaunchDescription(declared + [OpaqueFunction(function=_nodes)])

@@ -1,55 +1,69 @@
 """MuJoCo stand-in for the real arm: joint drives in MIT mode, sensors with noise, a clock.
 
-Every control period the node reads the simulated state, publishes it on ``joint_states``
-(what the drives would report: position, velocity, applied torque, with noise and
-quantisation), computes the torque for the latest ``sysid/joint_command`` (q_des, dq_des,
-feed-forward tau_ff) and holds it through the MuJoCo steps of the period. The law: with the
-``kp`` and ``kd`` parameters set, the MIT mode of the drives, tau = kp (q_des - q) + kd (dq_des - dq)
-+ tau_ff; without them (the default) the computed-torque feedback of the sim source,
-tau = tau_ff + M(q) (kp (q_des - q) + kd (dq_des - dq)) with the model's joint-space inertia M
-and acceleration gains of ``sysid_core.simulation.ComputedTorque``, stable and accurate on any
-arm, 7-DOF arms without armature included. A joint whose command is older than
-``command_timeout_s`` (sim time) falls back to damping only (q_des = q, dq_des = 0, no
-feed-forward: tau = -kd dq in MIT mode), as the Damiao bridge does; before its first command
-a joint holds the initial pose with the law and no feed-forward.
+The node converts messages; the arm itself is ``sysid_core.simulation.simulated_arm.SimulatedArm``
+(the control law, the command watchdog, the noise, the stepping; see its docstring). Every
+control period the arm's state is published on ``joint_states`` (what the drives would report:
+position, velocity, applied torque, with noise and quantisation) and the period is simulated
+under the torque of the command in force. The law: with the ``kp`` and ``kd`` parameters set,
+the MIT mode of the drives, tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff; without them
+(the default) computed-torque feedback around the feed-forward, stable on any arm. A joint
+whose command is older than ``command_timeout_s`` (sim time) gets damping only, as the Damiao
+bridge does; before its first command a joint holds the initial pose.
+
+Commands:
+  sysid/joint_command (sensor_msgs/JointState): q_des, dq_des, feed-forward tau_ff for the
+    named joints (partial commands allowed), held until the next one.
+  sysid/joint_trajectory (trajectory_msgs/JointTrajectory): a plan sent ahead, every joint,
+    positions, velocities, accelerations and effort (the feed-forward) per point, times from
+    ``header.stamp`` on the simulated clock (0: from receipt). Each period samples it as a
+    joint_trajectory_controller does (quintic between points; ``sysid_core.excitation.preview``);
+    after its last point the arm holds that point. A joint command ends it.
+  A commander that knows its plan (trajectory_publisher) sends it once instead of a command per
+  period: the simulation then needs no message per period from it.
 
 The simulated arm is the model file as a real arm behaves (``sysid_core.simulation.plant_model``):
 its own actuators and contacts off, no gravcomp, the MuJoCo timestep chosen for ``rate_hz``.
 
 realtime: true steps on a wall timer at ``rate_hz`` / ``steps_per_callback`` (catching up a
-few late periods), so each call publishes about ``steps_per_callback`` samples at once.
-realtime: false steps as fast as the executor allows. ``/clock`` is published in both modes,
-so nodes with ``use_sim_time`` follow the simulation. In both modes, once joint commands
-stamped on that clock flow, it never runs more than ``command_lead_s`` (sim time) ahead of
-the newest one: a commander in another process, following the clock, then keeps up instead
-of being left behind (its commands applied late, or timing out) when the machine is loaded;
-in real time the wall time spent waiting is not simulated afterwards, so the simulation runs
-at most at the wall clock's pace. After a second (wall time) without a new command it
-simulates on regardless (damping only, as on a timeout). A commander stamping wall time is
-never waited for. The fast loop
-is a zero-period timer that runs ``steps_per_callback`` periods per call; between calls the
-executor serves every other ready entity, so services, parameters and the other nodes of the
-process stay responsive. rclpy's executor takes one message per subscription per wait
-round, so the default of one period per call keeps in-process subscribers (and the /clock
-subscription of sim-time nodes) in step with the simulation: every round publishes one
-sample and every subscriber takes one. Larger values run the simulation ahead of them: they
-fall behind by steps_per_callback - 1 samples per round, follow a stale clock, and drop
-samples once their queues are full. Use them only when the consumers live in other
-processes and keep up (or to reproduce the bursts in which a loaded machine delivers samples).
+few late periods). realtime: false steps as fast as the executor allows, ``steps_per_callback``
+periods per call of a zero-period timer; between calls the executor serves every other ready
+entity, so services, parameters and the other nodes of the process stay responsive. ``/clock``
+is published in both modes, so nodes with ``use_sim_time`` follow the simulation. In both modes it
+never runs more than ``command_lead_s`` (sim time) ahead of the newest command stamped on that
+clock (a preview counts up to its last point), nor, before the first command, ahead of its
+start: a commander in another process, following the clock, then starts where the simulation
+does and keeps up instead of being left behind when the machine is loaded; in real time the
+wall time spent waiting is not simulated afterwards. After a second (wall time) without a new
+command it simulates on regardless (damping only, as on a timeout): a simulation without a
+commander starts a second late. A commander stamping wall time is never waited for.
+
+State blocks (``state_blocks: true``): the samples of each call go out together as one
+std_msgs/Float64MultiArray on ``sysid/joint_state_block`` (the identifier's ``state_blocks``
+records them), ``joint_states`` carries only the last sample of each block (a live view for
+commanders and displays) and ``/clock`` is published once per block, at that sample. A message
+per sample costs tens of microseconds in rclpy, several times MuJoCo's own step: blocks are what
+lets a simulation run many times faster than real time. Block layout: ``layout.dim[0]`` label
+"samples", size m; ``layout.dim[1]`` label the joint names joined by commas, size 1 + 3n; row
+i = [stamp (ns of the simulated clock, exact in a double up to 104 days), position (n) rad,
+velocity (n) rad/s, effort (n) N m]. Without blocks every sample is a JointState and a /clock
+message. rclpy's default executor takes one message per subscription per wait round, so
+``steps_per_callback`` > 1 without blocks runs ahead of in-process subscribers (they drop samples
+once their queues are full); the events executor (``sysid-sim-identify``) takes them all.
 
 Start: with ``wait_for_subscribers`` > 0 nothing is simulated or published until
-``joint_states`` has that many subscribers (matched), so a recorder that starts slowly still
-gets the first sample. Idle: when ``sysid/done`` turns true (the trajectory_publisher finished its excitation and
-holds the arm at rest) the simulation pauses, in both modes: no stepping, no ``joint_states``,
-no ``/clock``, no CPU. It resumes when ``sysid/done`` turns false (``sysid/start`` or
-``sysid/stop`` of the trajectory_publisher). Commands still in flight when the flag arrives
-are taken as usual; a node that commands the arm without publishing ``sysid/done`` never
-pauses it. ``published`` counts the JointStates sent; it is logged at each
-pause and at shutdown, to compare with what the recorders received.
+``joint_states`` (and ``sysid/joint_state_block`` with state blocks) has that many subscribers
+(matched, counted together), so a recorder that starts slowly still gets the first sample. Idle: when ``sysid/done`` turns true (the trajectory_publisher finished its
+excitation and holds the arm at rest) the simulation pauses, in both modes: no stepping, no
+``joint_states``, no ``/clock``, no CPU. It resumes when ``sysid/done`` turns false
+(``sysid/start`` or ``sysid/stop`` of the trajectory_publisher). Commands still in flight when
+the flag arrives are taken as usual; a node that commands the arm without publishing
+``sysid/done`` never pauses it. ``published`` counts the samples sent (JointStates, or rows of
+blocks); it is logged at each pause and at shutdown, to compare with what the recorders received.
 
-Names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/done``) except
-``/clock``, which ROS reads from the root: under a namespace, remap it (``-r /clock:=clock``
-for this node and every node following its time) so two simulations do not share one clock.
+Names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/joint_trajectory``,
+``sysid/joint_state_block``, ``sysid/done``) except ``/clock``, which ROS reads from the root:
+under a namespace, remap it (``-r /clock:=clock`` for this node and every node following its
+time) so two simulations do not share one clock.
 
 rate_hz: when the model's timestep does not divide the control period, the plant integrates
 with the largest timestep that does (``sysid_core.simulation.simulation_timing``; logged).
@@ -57,7 +71,6 @@ with the largest timestep that does (``sysid_core.simulation.simulation_timing``
 import time
 
 from builtin_interfaces.msg import Time
-import mujoco
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
@@ -66,12 +79,14 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool
+from std_msgs.msg import Bool, Float64MultiArray, MultiArrayDimension, MultiArrayLayout
+from trajectory_msgs.msg import JointTrajectory
 
 from sysid_core.dynamics.model import load_robot
-from sysid_core.errors import DataError, SysidError
-from sysid_core.simulation import (ComputedTorque, MeasurementNoise, measure, mit_torque, mujoco_warnings,
-                                   plant_model, simulation_timing, step)
+from sysid_core.errors import SysidError
+from sysid_core.excitation.preview import Preview
+from sysid_core.simulation import MeasurementNoise
+from sysid_core.simulation.simulated_arm import SimulatedArm
 from sysid_ros.entry_point import spin_node
 
 # A late wall timer catches up at most this many control periods in one call; further behind,
@@ -89,14 +104,20 @@ DEFAULT_NOISE = MeasurementNoise()  # the project's default measurement noise
 
 
 def _stamp(nanoseconds: int) -> Time:
-    sec, nanosec = divmod(nanoseconds, 1_000_000_000)
+    sec, nanosec = divmod(int(nanoseconds), 1_000_000_000)
     return Time(sec=sec, nanosec=nanosec)
 
 
+def _nanoseconds(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
 class MujocoSim(Node):
-    """Simulated arm. Public for tests: ``published`` (JointState messages sent so far),
-    ``sim_time`` (s), ``joint_names``, ``kp``/``kd`` (n,) of the MIT law (None under computed
-    torque), ``error`` (None while healthy)."""
+    """Simulated arm. Public for tests: ``published`` (samples sent so far), ``late_periods`` (real
+    time: periods simulated more than steps_per_callback periods after they were due, or given up),
+    ``sim_time`` (s),
+    ``joint_names``, ``kp``/``kd`` (n,) of the MIT law (None under computed torque), ``arm``
+    (the SimulatedArm), ``error`` (None while healthy)."""
 
     def __init__(self, **kwargs):
         super().__init__('mujoco_sim', **kwargs)
@@ -104,6 +125,7 @@ class MujocoSim(Node):
         self.declare_parameter('rate_hz', 1000.0)
         self.declare_parameter('realtime', True)
         self.declare_parameter('steps_per_callback', 1)
+        self.declare_parameter('state_blocks', False)
         self.declare_parameter('kp', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('kd', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('q_noise', DEFAULT_NOISE.q_std)
@@ -119,19 +141,22 @@ class MujocoSim(Node):
         self.declare_parameter('wait_for_subscribers', 0)
 
         self.published = 0
+        self.late_periods = 0  # real time: periods simulated (or given up) later than one callback after due
         self.error = None
+        self.arm = None
         self.joint_names = ()
-        self._periods = 0
-        self._period_ns = 0
         self._timer = None
         self.paused = False
         self._done = None  # the last sysid/done seen; None: none yet
         self._last_command_ns = None  # sim time (ns) of the newest command: its stamp, else its arrival
         self._waiting_since = None  # wall time the fast loop began to wait for a command
         self._free_running = False  # the commander went silent: do not wait for it
+        self._timed_out = False
         self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=STATE_DEPTH))
         self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
+        self._block_pub = None
         self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
+        self.create_subscription(JointTrajectory, 'sysid/joint_trajectory', self._on_trajectory, QoSProfile(depth=1))
         self.create_subscription(Bool, 'sysid/done', self._on_done,
                                  QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
         try:
@@ -142,11 +167,14 @@ class MujocoSim(Node):
         self._realtime = bool(self.get_parameter('realtime').value)
         self._lead_ns = int(float(self.get_parameter('command_lead_s').value) * 1e9)
         self._subscribers = int(self.get_parameter('wait_for_subscribers').value)
+        if self.get_parameter('state_blocks').value:
+            self._block_pub = self.create_publisher(Float64MultiArray, 'sysid/joint_state_block',
+                                                    QoSProfile(depth=STATE_DEPTH))
         # a steady clock: wall time paces the simulation even if use_sim_time is set by mistake
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self._realtime:
-            self._timer = self.create_timer(self._period_ns * self._steps_per_callback * 1e-9, self._on_wall_timer,
-                                            clock=steady)
+            self._timer = self.create_timer(self.arm.period_ns * self._steps_per_callback * 1e-9,
+                                            self._on_wall_timer, clock=steady)
         else:
             self._timer = self.create_timer(0.0, self._on_fast_timer, clock=steady)
         self._timer.cancel()
@@ -154,69 +182,54 @@ class MujocoSim(Node):
         self.create_timer(WATCH_PERIOD_S, self._on_watch, clock=steady)
         self._on_watch()
         self.get_logger().info(
-            f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self._period_ns:g} Hz, "
+            f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self.arm.period_ns:g} Hz, "
             f"{'MIT law' if self.kp is not None else 'computed-torque feedback'}, "
-            f"{'real time' if self._realtime else 'as fast as possible'}; {self._timing.describe()}"
-            + (f"; starts when joint_states has {self._subscribers} subscribers" if not self._started else ""))
+            f"{'real time' if self._realtime else 'as fast as possible'}"
+            f"{', state blocks on ' + self._block_pub.topic_name if self._block_pub else ''}; "
+            f"{self.arm.timing.describe()}"
+            + (f"; starts when it has {self._subscribers} subscribers" if not self._started else ""))
 
     @property
     def sim_time(self) -> float:
-        return self._periods * self._period_ns * 1e-9
+        return 0.0 if self.arm is None else self.arm.sim_time
+
+    @property
+    def kp(self):
+        return None if self.arm is None else self.arm.kp
+
+    @property
+    def kd(self):
+        return None if self.arm is None else self.arm.kd
 
     def _setup(self):
-        """Load the model and everything that does not change while simulating; raises on bad input."""
+        """Build the simulated arm from the parameters; raises on bad input."""
         param = self.get_parameter
         self._model_path = param('model').value
         if not self._model_path:
             raise ValueError("parameter 'model' (path of the MJCF file to simulate) is empty")
         robot = load_robot(self._model_path)
         self.joint_names = robot.joint_names
-        n = len(self.joint_names)
         self._index = {name: j for j, name in enumerate(self.joint_names)}
-        rate = float(param('rate_hz').value)
-        if not rate > 0:
-            raise ValueError(f'rate_hz must be > 0, got {rate}')
-        self._timing = simulation_timing(robot.model, rate)
-        self._model = plant_model(robot.model, self._timing)
-        self._substeps = self._timing.substeps
-        self._period_ns = int(round(self._substeps * self._timing.timestep * 1e9))
         self._steps_per_callback = int(param('steps_per_callback').value)
         if self._steps_per_callback < 1:
             raise ValueError(f'steps_per_callback must be >= 1, got {self._steps_per_callback}')
-        self._timeout_ns = int(float(param('command_timeout_s').value) * 1e9)
+        noise = [float(param(f'{ch}').value) for ch in ('q_noise', 'dq_noise', 'tau_noise', 'q_resolution',
+                                                         'dq_resolution', 'tau_resolution')]
+        if any(not (np.isfinite(v) and v >= 0) for v in noise):
+            raise ValueError(f'noise and resolution parameters must be finite and >= 0, got {noise}')
+        self.arm = SimulatedArm(
+            robot.model, robot.joint_range, float(param('rate_hz').value),
+            kp=self._joint_array('kp'), kd=self._joint_array('kd'), noise=MeasurementNoise(*noise),
+            seed=param('seed').value, initial_positions=self._joint_array('initial_positions'),
+            command_timeout_s=float(param('command_timeout_s').value))
 
-        self.kp = self._joint_array('kp', None)
-        self.kd = self._joint_array('kd', None)
-        if (self.kp is None) != (self.kd is None):
-            raise ValueError('set both kp and kd (the MIT law) or neither (computed-torque feedback)')
-        if self.kp is None:
-            controller = ComputedTorque(robot.model, rate)
-            self._control = controller.feedback_torque
-        else:
-            self._control = lambda q, dq, q_des, dq_des, tau_ff: mit_torque(q, dq, q_des, dq_des, tau_ff,
-                                                                              self.kp, self.kd)
-        q_init = self._joint_array('initial_positions', np.clip(self._model.qpos0, *robot.joint_range.T))
-        self._noise = [(float(param(f'{ch}_noise').value), float(param(f'{ch}_resolution').value))
-                       for ch in ('q', 'dq', 'tau')]
-        if any(not (np.isfinite(v) and v >= 0) for pair in self._noise for v in pair):
-            raise ValueError(f'noise and resolution parameters must be finite and >= 0, got {self._noise}')
-        self._rng = np.random.default_rng(param('seed').value)
-
-        self._data = mujoco.MjData(self._model)
-        self._data.qpos[:] = q_init
-        mujoco.mj_forward(self._model, self._data)
-        # until a joint is commanded it holds the initial pose (the control law, no feed-forward)
-        self._q_des, self._dq_des, self._tau_ff = q_init.copy(), np.zeros(n), np.zeros(n)
-        self._commanded_at = np.full(n, -1, dtype=np.int64)  # sim time (ns) of the last command, -1: never
-        self._timed_out = False
-
-    def _joint_array(self, name, default) -> np.ndarray:
+    def _joint_array(self, name) -> np.ndarray | None:
         try:
             value = self.get_parameter(name).value
-        except ParameterUninitializedException:  # declared by type, no value given: use the default
+        except ParameterUninitializedException:  # declared by type, no value given
             value = None
         if value is None or len(value) == 0:
-            return None if default is None else np.array(default, dtype=float)
+            return None
         arr = np.array(value, dtype=float)
         if arr.shape != (len(self.joint_names),) or not np.all(np.isfinite(arr)):
             raise ValueError(f'{name} must hold {len(self.joint_names)} finite values '
@@ -250,6 +263,27 @@ class MujocoSim(Node):
             return None
         return (index[known], *values)
 
+    def _preview(self, msg: JointTrajectory) -> Preview:
+        """The plan of a JointTrajectory in model joint order; raises ValueError when unusable."""
+        names = list(msg.joint_names)
+        if sorted(names) != sorted(self.joint_names):
+            raise ValueError(f'it names joints {names}, not each simulated joint once {list(self.joint_names)}')
+        if not msg.points:
+            raise ValueError('it has no points')
+        order = np.array([names.index(name) for name in self.joint_names])
+        n = len(names)
+        fields = {}
+        for field in ('positions', 'velocities', 'accelerations', 'effort'):
+            lengths = {len(getattr(p, field)) for p in msg.points}
+            if lengths - {0, n} or (field == 'positions' and lengths != {n}) or len(lengths) > 1:
+                raise ValueError(f'its points must all carry {n} {field}'
+                                 + ('' if field == 'positions' else ' or all none'))
+            fields[field] = (np.array([getattr(p, field) for p in msg.points], dtype=float)[:, order]
+                             if lengths == {n} else np.zeros((len(msg.points), n)))
+        time_s = np.array([p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in msg.points])
+        return Preview(time=time_s, q=fields['positions'], dq=fields['velocities'], ddq=fields['accelerations'],
+                       effort=fields['effort'])
+
     def _fail(self, message: str):
         self.error = message
         self._waiting_since = None
@@ -262,14 +296,17 @@ class MujocoSim(Node):
     def _on_watch(self):
         """Start once the subscribers are there; stop waiting for a commander that went silent."""
         if not self._started:
-            if self._state_pub.get_subscription_count() < self._subscribers:
+            listening = self._state_pub.get_subscription_count() + (
+                self._block_pub.get_subscription_count() if self._block_pub is not None else 0)
+            if listening < self._subscribers:
                 return
             self._started = True
             self._wall_start = time.monotonic()
             self._timer.reset()
             if self._subscribers:
-                self.get_logger().info(f'{self._subscribers} subscribers on {self._state_pub.topic_name}: '
-                                       'simulation started')
+                self.get_logger().info(f'{listening} subscribers on {self._state_pub.topic_name}'
+                                       + (f' and {self._block_pub.topic_name}' if self._block_pub else '')
+                                       + ': simulation started')
         elif self._waiting_since is not None and time.monotonic() - self._waiting_since > COMMAND_WAIT_S:
             self._free_running = True
             self._waiting_since = None
@@ -278,11 +315,16 @@ class MujocoSim(Node):
             self.get_logger().warning(f'no new joint command for {COMMAND_WAIT_S:g} s (wall time): simulating '
                                       'on without waiting for one')
 
-    def _ahead_of_commands(self) -> bool:
-        """Whether the next period would run more than command_lead_s past the newest command (its
-        stamp on the simulated clock; a commander stamping wall time is never overtaken)."""
-        return (self._lead_ns > 0 and self._last_command_ns is not None and not self._free_running
-                and (self._periods + 1) * self._period_ns - self._last_command_ns > self._lead_ns)
+    def _periods_allowed(self, wanted: int) -> int:
+        """How many of ``wanted`` periods may run without passing command_lead_s beyond the newest
+        command, or the start before any (its stamp on the simulated clock; a commander stamping
+        wall time is never overtaken)."""
+        if self._lead_ns <= 0 or self._free_running:
+            return wanted
+        # before the first command, the start stands for it: a commander that starts on the
+        # first joint_states finds the simulation where it began, not seconds ahead
+        newest = 0 if self._last_command_ns is None else self._last_command_ns
+        return max(0, min(wanted, (newest + self._lead_ns) // self.arm.period_ns - self.arm.periods))
 
     def _on_done(self, msg: Bool):
         # a transition, not a stale latched flag: a sim started after a finished run still runs
@@ -300,112 +342,126 @@ class MujocoSim(Node):
         self._waiting_since = None
         self._timer.cancel()
         self.get_logger().info(f'{why}: simulation paused at {self.sim_time:.3f} s (sim time) after publishing '
-                               f'{self.published} joint states; it resumes when sysid/done turns false')
+                               f'{self.published} joint states{self._lateness()}; it resumes when sysid/done '
+                               'turns false')
 
     def _resume(self, why: str):
         if not self.paused or self.error is not None:
             return
         self.paused = False
         if self._realtime:  # the paused wall time is not simulated afterwards
-            self._wall_start = time.monotonic() - self._periods * self._period_ns * 1e-9
+            self._wall_start = time.monotonic() - self.sim_time
         self._timer.reset()
         self.get_logger().info(f'{why}: simulation resumed')
 
-    def _on_command(self, msg: JointState):
-        command = self._command_arrays(msg)
-        if command is None:
-            return
-        joints, q_des, dq_des, tau_ff = command
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        self._last_command_ns = stamp or self._periods * self._period_ns
+    def _commanded(self, newest_ns: int):
+        """A command arrived, the newest at ``newest_ns`` (sim time): stop waiting for one."""
+        self._last_command_ns = newest_ns
         self._free_running = False
         if self._waiting_since is not None:
             self._waiting_since = None
             if not self._realtime:  # the fast loop waits cancelled; the wall timer keeps ticking
                 self._timer.reset()
-        self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
-        self._commanded_at[joints] = self._periods * self._period_ns
         if self._timed_out:
             self._timed_out = False
             self.get_logger().info('joint commands resumed')
 
+    def _on_command(self, msg: JointState):
+        command = self._command_arrays(msg)
+        if command is None:
+            return
+        self.arm.command(*command)
+        self._commanded(_nanoseconds(msg.header.stamp) or self.arm.periods * self.arm.period_ns)
+
+    def _on_trajectory(self, msg: JointTrajectory):
+        if self.error is not None:
+            return
+        try:
+            preview = self._preview(msg)
+        except ValueError as exc:
+            self.get_logger().warning(f'ignoring a joint trajectory: {exc}', throttle_duration_sec=WARN_PERIOD_S)
+            return
+        self.arm.follow(preview, _nanoseconds(msg.header.stamp) or self.arm.periods * self.arm.period_ns)
+        self._commanded(self.arm.preview_end_ns)
+
     def _on_fast_timer(self):
-        for _ in range(self._steps_per_callback):
-            if self._ahead_of_commands():  # the next command wakes the loop
-                self._waiting_since = time.monotonic()
-                self._timer.cancel()
-                return
-            if not self._advance():
-                return
+        count = self._periods_allowed(self._steps_per_callback)
+        if count == 0:  # the next command wakes the loop
+            self._waiting_since = time.monotonic()
+            self._timer.cancel()
+            return
+        self._simulate(count)
 
     def _on_wall_timer(self):
-        due = int((time.monotonic() - self._wall_start) * 1e9) // self._period_ns + 1 - self._periods
+        period_s = self.arm.period_ns * 1e-9
+        due = int((time.monotonic() - self._wall_start) / period_s) + 1 - self.arm.periods
+        # a callback simulates the periods due since the last one: those due earlier than
+        # steps_per_callback periods ago are late, and those given up below never come
+        self.late_periods += max(0, due - self._steps_per_callback)
         if due > max(MAX_CATCH_UP, 2 * self._steps_per_callback):
             self.get_logger().warning(f'{due} control periods late: dropping the lost time (the simulation '
                                       'runs slower than real time)', throttle_duration_sec=WARN_PERIOD_S)
-            self._wall_start += (due - 1) * self._period_ns * 1e-9
+            self._wall_start += (due - 1) * period_s
             due = 1
-        for _ in range(due):
-            if self._ahead_of_commands():
-                # in step with a commander on the simulated clock, as when not in real time: the
-                # wall time spent waiting for it is not simulated afterwards (no burst on commands
-                # already overtaken)
-                if self._waiting_since is None:
-                    self._waiting_since = time.monotonic()
-                self._wall_start = time.monotonic() - self._periods * self._period_ns * 1e-9
-                return
-            if not self._advance():
-                return
+        allowed = self._periods_allowed(due)
+        if allowed < due:
+            # in step with a commander on the simulated clock, as when not in real time: the
+            # wall time spent waiting for it is not simulated afterwards (no burst on commands
+            # already overtaken)
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
+            self._wall_start = time.monotonic() - (self.arm.periods + allowed) * period_s
+        if allowed > 0:
+            self._simulate(allowed)
 
-    # --- one control period -----------------------------------------------------------------
+    # --- publishing -------------------------------------------------------------------------
 
-    def _advance(self) -> bool:
-        """Publish the state at the current sim time, then step one control period under its torque."""
-        # ROS reads time 0 as "no time yet" (and drivers use a zero stamp for "unstamped"),
-        # so the simulated clock starts one period in
-        now_ns = (self._periods + 1) * self._period_ns
-        q, dq = self._data.qpos, self._data.qvel
-        q_des, dq_des, tau_ff = self._q_des, self._dq_des, self._tau_ff
-        stale = (self._commanded_at >= 0) & (now_ns - self._commanded_at > self._timeout_ns)
-        if stale.any():  # damping only: no position error, no velocity target, no feed-forward
-            q_des, dq_des = np.where(stale, q, q_des), np.where(stale, 0.0, dq_des)
-            tau_ff = np.where(stale, 0.0, tau_ff)
-            if not self._timed_out:
-                self._timed_out = True
-                self.get_logger().warning(
-                    f'no joint command for {self._timeout_ns * 1e-9:g} s (sim time): joints '
-                    f'{[n for n, s in zip(self.joint_names, stale) if s]} switched to damping only')
-        tau = self._control(q, dq, q_des, dq_des, tau_ff)
-        self._publish(now_ns, q, dq, tau)
-        try:
-            with mujoco_warnings() as messages:
-                step(self._model, self._data, tau, self._substeps)
-        except DataError as exc:
-            self._fail(f"{exc} (MuJoCo: {' '.join(messages) or 'bad state'}); simulation stopped, "
-                       'node kept alive: check the gains, the feed-forward and the model')
-            return False
-        self._periods += 1
-        return True
+    def _simulate(self, count: int):
+        """Simulate ``count`` periods and publish their samples."""
+        block = self.arm.advance(count)
+        if len(block):
+            self._publish(block)
+        if self.arm.stale.any() and not self._timed_out:
+            self._timed_out = True
+            self.get_logger().warning(
+                f'no joint command for {self.get_parameter("command_timeout_s").value:g} s (sim time): joints '
+                f'{[n for n, s in zip(self.joint_names, self.arm.stale) if s]} switched to damping only')
+        if self.arm.error is not None:
+            self._fail(f'{self.arm.error}; simulation stopped, node kept alive: check the gains, the feed-forward '
+                       'and the model')
 
-    def _publish(self, now_ns: int, q, dq, tau):
-        stamp = _stamp(now_ns)
-        self._clock_pub.publish(ClockMsg(clock=stamp))
-        (q_std, q_res), (dq_std, dq_res), (tau_std, tau_res) = self._noise
-        msg = JointState(name=list(self.joint_names),
-                         position=measure(q, q_std, q_res, self._rng).tolist(),
-                         velocity=measure(dq, dq_std, dq_res, self._rng).tolist(),
-                         effort=measure(tau, tau_std, tau_res, self._rng).tolist())
-        msg.header.stamp = stamp
-        self._state_pub.publish(msg)
-        self.published += 1
+    def _publish(self, block):
+        names = list(self.joint_names)
+        if self._block_pub is not None:
+            rows = np.column_stack((block.stamp_ns.astype(float), block.q, block.dq, block.tau))
+            self._block_pub.publish(Float64MultiArray(layout=MultiArrayLayout(dim=[
+                MultiArrayDimension(label='samples', size=rows.shape[0], stride=rows.size),
+                MultiArrayDimension(label=','.join(names), size=rows.shape[1], stride=rows.shape[1])]),
+                data=rows.ravel()))
+            last = (len(block) - 1,)
+        else:
+            last = range(len(block))
+        for k in last:
+            stamp = _stamp(block.stamp_ns[k])
+            self._clock_pub.publish(ClockMsg(clock=stamp))
+            msg = JointState(name=names, position=block.q[k].tolist(), velocity=block.dq[k].tolist(),
+                             effort=block.tau[k].tolist())
+            msg.header.stamp = stamp
+            self._state_pub.publish(msg)
+        self.published += len(block)
 
+    def _lateness(self) -> str:
+        if not self._realtime:
+            return ''
+        return f', {self.late_periods} of {self.arm.periods} periods late'
 
     def destroy_node(self):
         destroyed = super().destroy_node()
         # after destruction: the log then goes to the console only, not to a rosout publisher
         # whose context a Ctrl-C has already shut down
-        if self._period_ns:
-            self.get_logger().info(f'published {self.published} joint states over {self.sim_time:.3f} s (sim time)')
+        if self.arm is not None:
+            self.get_logger().info(f'published {self.published} joint states over {self.sim_time:.3f} s (sim time)'
+                                   f'{self._lateness()}')
         return destroyed
 
 

@@ -43,6 +43,7 @@ from sysid_core.errors import SysidError
 from sysid_ros.damiao_bridge import DamiaoBridge
 from sysid_ros.identifier import Identifier
 from sysid_ros.mujoco_sim import MujocoSim
+from sysid_ros.sim_graph import graph_parameters
 from sysid_ros.trajectory_publisher import TrajectoryPublisher
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
@@ -115,12 +116,10 @@ class Outcome:
 
 
 class _MujocoSource:
-    """mujoco_sim as the arm; ``published`` JointStates, ``simulated_s`` of physics."""
+    """mujoco_sim as the arm; ``published`` samples, ``simulated_s`` of physics."""
 
-    def __init__(self, args, sections, truth_path, subscribers: int):
-        self.node = MujocoSim(parameter_overrides=_overrides(sections, "mujoco_sim", {
-            "model": str(truth_path), "realtime": args.realtime}))
-
+    def __init__(self, args, sections, parameters: dict):
+        self.node = MujocoSim(parameter_overrides=_overrides(sections, "mujoco_sim", parameters["mujoco_sim"]))
         self.simulated_s = 0.0
         self._stopped = False
 
@@ -137,7 +136,8 @@ class _MujocoSource:
 class _DamiaoSource:
     """The virtual Damiao arm (emulated motors, MuJoCo) behind a DamiaoBridge on a virtual bus."""
 
-    def __init__(self, args, sections, truth_path, subscribers: int):
+    def __init__(self, args, sections, parameters: dict, subscribers: int = 2):
+        truth_path = parameters["mujoco_sim"]["model"]
         layout = sections.get("damiao_bridge")
         if not layout:
             raise ValueError("--damiao needs a parameter file with a damiao_bridge section laying out the "
@@ -191,24 +191,21 @@ def simulate_and_identify(args) -> Outcome:
         load_robot(path)
     damiao = getattr(args, "damiao", False)
     sections = _sections(args.config, args.model, "_damiao" if damiao else "")
-    # the trajectory_publisher follows mujoco_sim's clock, in real time too: the simulation then
-    # waits for commands it would otherwise overtake (the virtual Damiao arm keeps wall time)
-    sim_time = not damiao
+    parameters = graph_parameters(args.model, truth_path, args.output_dir, args.realtime)
+    parameters["trajectory_publisher"]["duration"] = args.duration
+    if damiao:
+        # the virtual Damiao arm keeps wall time and sends JointStates, its steps are its own
+        parameters["trajectory_publisher"]["use_sim_time"] = False
+        parameters["identifier"].update(simulated_physics=False, state_blocks=False)
     deadline = time.monotonic() + (args.timeout or 10.0 * args.duration + 60.0)
 
-    nodes = [
-        TrajectoryPublisher(parameter_overrides=_overrides(sections, "trajectory_publisher", {
-            "model": str(args.model), "duration": args.duration, "use_sim_time": sim_time})),
-        # the identifier needs no clock: the samples carry their stamps; mujoco_sim's data come
-        # from MuJoCo's forward simulation (the virtual Damiao arm's steps are its own)
-        Identifier(parameter_overrides=_overrides(sections, "identifier", {
-            "model": str(args.model), "truth_model": str(truth_path), "output_dir": str(args.output_dir),
-            "simulated_physics": not damiao})),
-    ]
+    nodes = [TrajectoryPublisher(parameter_overrides=_overrides(sections, "trajectory_publisher",
+                                                                parameters["trajectory_publisher"])),
+             Identifier(parameter_overrides=_overrides(sections, "identifier", parameters["identifier"]))]
     identifier = nodes[1]
     # the arm last: the bridge enables the motors, and their feedback loop should start spinning at once
     try:
-        source = (_DamiaoSource if damiao else _MujocoSource)(args, sections, truth_path, subscribers=len(nodes))
+        source = (_DamiaoSource if damiao else _MujocoSource)(args, sections, parameters)
     except BaseException:
         for node in nodes:
             node.destroy_node()

@@ -5,7 +5,13 @@ From the pose measured on ``joint_states`` the node builds the whole profile wit
 adds the nominal model's inverse-dynamics feed-forward, and sends it as parameter ``output`` says:
 
 - ``joint_command`` (default): streams ``sysid/joint_command`` (JointState: position, velocity,
-  effort = feed-forward torque) at ``rate_hz``, for the Damiao bridge and the simulator.
+  effort = feed-forward torque) at ``rate_hz``, for the Damiao bridge and the simulator. With
+  ``preview`` (default true) and a subscriber on ``sysid/joint_trajectory`` (mujoco_sim has
+  one; the Damiao bridge has none), the run is sent there once instead, as a JointTrajectory
+  of knots (``sysid_core.excitation.preview``: every sample of the profile within 1e-6 rad)
+  stamped with the run's start on the node clock, feed-forward as effort; the simulator samples
+  it every control period, so no message per period is needed. Holding and ``sysid/stop``
+  stream commands as before (they end the preview).
 - ``joint_trajectory``: publishes the profile once as a JointTrajectory for a ros2_control
   joint_trajectory_controller on ``<controller>/joint_trajectory`` (``controller`` defaults to
   ``joint_trajectory_controller``) and only reports progress by time.
@@ -64,6 +70,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
 from sysid_core.excitation.multisine import excitation_with_approach_and_rest, multisine
+from sysid_core.excitation.preview import knots
 from sysid_core.excitation.trajectory import load_trajectory, resample
 from sysid_core.simulation import mit_torque
 from sysid_ros.entry_point import spin_node
@@ -109,6 +116,7 @@ class TrajectoryPublisher(Node):
         self.declare_parameter('effort_kp', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('effort_kd', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('state_timeout_s', 0.1)
+        self.declare_parameter('preview', True)
 
         self.robot = self.plan = None
         self.error = None
@@ -129,14 +137,18 @@ class TrajectoryPublisher(Node):
         self._start_ns = None         # node clock at the start of the run
         self._hold = None             # (q, dq = 0, ff) streamed while holding
         self._mode = 'idle'           # idle | running | holding
+        self._previewing = False      # the running profile went out as a preview: nothing to stream
         self._percent = -1            # last whole percent of progress published
         self._description = None      # RobotDescription when the model comes from the topic
 
         self._command_pub = self._trajectory_pub = self._forward_pub = None
         # relative, as the controllers subscribe: follows the namespace
         controller = self.get_parameter('controller').value or DEFAULT_CONTROLLERS.get(self._output)
+        self._preview_pub = None
         if self._output == 'joint_command':
             self._command_pub = self.create_publisher(JointState, 'sysid/joint_command', 10)
+            if self.get_parameter('preview').value:
+                self._preview_pub = self.create_publisher(JointTrajectory, 'sysid/joint_trajectory', 1)
         elif self._output == 'joint_trajectory':
             self._trajectory_pub = self.create_publisher(JointTrajectory, f'{controller}/joint_trajectory', 1)
         elif self._output in DEFAULT_CONTROLLERS:
@@ -280,6 +292,7 @@ class TrajectoryPublisher(Node):
             self._state_index = (names, self._match(names))
         index = self._state_index[1]
         if index is not None and len(msg.position) == len(names):
+            first = self._q_measured is None
             self._q_measured = np.asarray(msg.position, dtype=float)[index]
             self._dq_measured = (np.asarray(msg.velocity, dtype=float)[index] if len(msg.velocity) == len(names)
                                  else None)
@@ -288,15 +301,12 @@ class TrajectoryPublisher(Node):
                 # it back to where it was
                 self._hold = (self._q_measured.copy(), *self._hold[1:])
             self._measured_at = time.monotonic()
+            if first and self._autostart and self._mode == 'idle':
+                self._autostart_now()
 
     def _on_timer(self):
         if self._autostart and self._mode == 'idle' and self._q_measured is not None:
-            ok, message = self.start()
-            if ok:
-                self._autostart = False
-                self.get_logger().info(f'autostart: {message}')
-            else:  # e.g. the controller is not up yet: try again on the next tick
-                self.get_logger().warning(f'autostart: {message}', throttle_duration_sec=WARN_PERIOD_S)
+            self._autostart_now()
             return  # start() sent the first sample
         if self._mode == 'running' and self._output == 'forward_effort' and self._stale():
             # feedback on an old pose would push the arm wherever the error says
@@ -307,6 +317,16 @@ class TrajectoryPublisher(Node):
             self._play()
         elif self._mode == 'holding' and self._output != 'joint_trajectory':
             self._send(*self._hold)
+
+    def _autostart_now(self):
+        """Start, on the first pose (a simulator waits for the first command) and then on timer
+        ticks until it succeeds (e.g. once the controller is up)."""
+        ok, message = self.start()
+        if ok:
+            self._autostart = False
+            self.get_logger().info(f'autostart: {message}')
+        else:
+            self.get_logger().warning(f'autostart: {message}', throttle_duration_sec=WARN_PERIOD_S)
 
     def _on_start(self, request, response):
         response.success, response.message = self.start()
@@ -341,7 +361,15 @@ class TrajectoryPublisher(Node):
         self.feedforward = robot.inverse_dynamics(self.profile.q, self.profile.dq, self.profile.ddq)
         if self._trajectory_pub is not None:
             self._trajectory_pub.publish(self._trajectory_message(self.profile))
-        self._start_ns = self.get_clock().now().nanoseconds
+        now = self.get_clock().now()
+        self._start_ns = now.nanoseconds
+        self._previewing = self._preview_pub is not None and self._preview_pub.get_subscription_count() > 0
+        if self._previewing:
+            preview = knots(self.profile, self.feedforward)
+            msg = JointTrajectory(joint_names=list(robot.joint_names),
+                                  points=_points(preview.time, preview.q, preview.dq, preview.ddq, preview.effort))
+            msg.header.stamp = now.to_msg()
+            self._preview_pub.publish(msg)
         self._mode = 'running'
         self._percent = -1
         self._done_pub.publish(Bool(data=False))
@@ -359,6 +387,7 @@ class TrajectoryPublisher(Node):
         zero = np.zeros_like(q)
         self._hold = (q, zero, self._gravity(q))
         self._mode = 'holding'
+        self._previewing = False
         self._done_pub.publish(Bool(data=False))
         if self._trajectory_pub is not None:
             self._trajectory_pub.publish(self._trajectory_message(None, hold=q))
@@ -424,7 +453,7 @@ class TrajectoryPublisher(Node):
         elapsed_ns = now.nanoseconds - self._start_ns
         # the small offset keeps a sample due exactly now from rounding down to the previous one
         i = min(max(int(elapsed_ns * 1e-9 * self._rate + 1e-6), 0), last)
-        if self._trajectory_pub is None:
+        if self._trajectory_pub is None and not self._previewing:
             self._send(self.profile.q[i], self.profile.dq[i], self.feedforward[i], now)
         # whole percents are plenty for a progress bar and spare the subscribers 500 messages/s
         percent = 100 * i // last
@@ -434,6 +463,7 @@ class TrajectoryPublisher(Node):
         if i == last:
             self._hold = (self.profile.q[last], self.profile.dq[last], self.feedforward[last])
             self._mode = 'holding'
+            self._previewing = False
             self._done_pub.publish(Bool(data=True))
             self.get_logger().info('excitation done, arm at rest')
 
@@ -467,11 +497,16 @@ class TrajectoryPublisher(Node):
             msg.points = [JointTrajectoryPoint(positions=hold.tolist(), velocities=[0.0] * len(hold),
                                                time_from_start=_duration(STOP_TIME_S))]
             return msg
-        msg.points = [JointTrajectoryPoint(positions=q, velocities=dq, accelerations=ddq,
-                                           time_from_start=_duration(t))
-                      for t, q, dq, ddq in zip(profile.time.tolist(), profile.q.tolist(),
-                                               profile.dq.tolist(), profile.ddq.tolist())]
+        msg.points = _points(profile.time, profile.q, profile.dq, profile.ddq)
         return msg
+
+
+def _points(time, q, dq, ddq, effort=None) -> list:
+    """JointTrajectoryPoints at ``time`` (K,) s from the start with q, dq, ddq and (optionally) effort (K, n)."""
+    rows = zip(time.tolist(), q.tolist(), dq.tolist(), ddq.tolist(),
+               effort.tolist() if effort is not None else [[]] * len(time))
+    return [JointTrajectoryPoint(positions=p, velocities=v, accelerations=a, effort=e, time_from_start=_duration(t))
+            for t, p, v, a, e in rows]
 
 
 def _controller_order(names, model_joints) -> tuple[tuple, np.ndarray]:

@@ -1,10 +1,12 @@
 """The sim_identify graph as a user runs it: the three node executables in processes of their own.
 
 No launch needed: each node is started like ``ros2 run`` starts it, with ``--ros-args``, under
-a namespace (so every name must be relative, the clock remapped). The simulator publishes its
-1 kHz states in bursts of 20 every 20 ms, the arrival pattern a loaded machine gives a
-subscriber (it wakes to many queued messages at once): rclpy's multi-threaded executor, which
-the identifier once spun on, kept a small share of such a stream. The trajectory_publisher
+a namespace (so every name must be relative, the clock remapped), with the parameters the launch
+file gives them (``sysid_ros.sim_graph.graph_parameters``). As fast as possible, the run goes to
+the simulator as a preview and the states come back in blocks. In real time, the simulator
+publishes its 1 kHz states in bursts of 20 every 20 ms, the arrival pattern a loaded machine
+gives a subscriber (it wakes to many queued messages at once): rclpy's multi-threaded executor
+keeps a small share of such a stream. The trajectory_publisher
 follows the simulated clock, as in the launch file, and the simulator may run a burst ahead of
 its newest command: a loaded machine slows the run down but never cuts the excitation short. Every published state must be
 recorded, the model written, and the graph must end by itself (exit_when_done) and cleanly.
@@ -19,8 +21,10 @@ import time
 
 import mujoco
 import numpy as np
+import pytest
 
 from conftest import ROBOTS, ROOT
+from sysid_ros.sim_graph import graph_parameters
 
 NAMESPACE = "/sysid_processes"
 CONFIG = ROOT / "config" / "openarm_class.yaml"
@@ -58,21 +62,19 @@ class Process:
 
 
 def _parameters(**values) -> list:
-    return [arg for name, value in values.items() for arg in ("-p", f"{name}:={value}")]
+    return [arg for name, value in values.items()
+            for arg in ("-p", f"{name}:={str(value).lower() if isinstance(value, bool) else value}")]
 
 
-def test_three_processes_record_every_published_state_and_end_by_themselves(tmp_path):
+@pytest.mark.parametrize("realtime", [False, True])
+def test_three_processes_record_every_published_state_and_end_by_themselves(tmp_path, realtime):
     nominal, truth = ROBOTS / "openarm_class.xml", ROBOTS / "openarm_class_payload.xml"
-    processes = {
-        "identifier": Process("identifier", *_parameters(
-            model=nominal, truth_model=truth, output_dir=tmp_path, identify_on_done="true", exit_when_done="true",
-            simulated_physics="true", plots="false")),
-        "trajectory_publisher": Process("trajectory_publisher", *_parameters(model=nominal, duration=8.0,
-                                                                                use_sim_time="true")),
-        "mujoco_sim": Process("mujoco_sim", *_parameters(
-            model=truth, realtime="true", steps_per_callback=BURST, wait_for_subscribers=2,
-            command_lead_s=(BURST + 5) * 1e-3)),
-    }
+    parameters = graph_parameters(nominal, truth, tmp_path, realtime)
+    parameters["identifier"].update(identify_on_done=True, exit_when_done=True, plots=False)
+    parameters["trajectory_publisher"]["duration"] = 8.0
+    if realtime:
+        parameters["mujoco_sim"].update(steps_per_callback=BURST, command_lead_s=(BURST + 5) * 1e-3)
+    processes = {node: Process(node, *_parameters(**values)) for node, values in parameters.items()}
     try:
         identifier = processes["identifier"].popen
         deadline = time.monotonic() + TIMEOUT_S

@@ -44,15 +44,19 @@ def test_payload_identified_through_the_virtual_damiao_arm(tmp_path):
     motors (MuJoCo, the truth model) -> feedback frames -> joint_states -> identifier, in real
     time. Everything the identifier sees went through the protocol's 16/12-bit quantisation."""
     outcome = run("--damiao", "--output-dir", str(tmp_path))
-    assert outcome.error is None, outcome.error
     # none lost in ROS; how many of the 250 Hz cycles the bridge publishes on a loaded machine is
-    # in bench/simulation_speed.py
-    assert outcome.published == outcome.received > 0
+    # in bench/damiao_loop.py
+    assert outcome.published == outcome.received > 0, outcome
+    if outcome.error is not None:
+        # a machine too loaded for the real-time bridge gave too few cycles to identify from:
+        # the answer must say so, with the counts
+        assert "too few samples" in outcome.error and f"{outcome.recorded} recorded" in outcome.error, outcome
+        return
     summary = outcome.summary
     lost = summary["missing_samples"] / (summary["missing_samples"] + summary["recorded_samples"])
     if lost > LOST_DOUBTFUL:
-        # a machine too loaded for the real-time bridge skipped its cycles (the stamps' holes):
-        # the answer must say so rather than vouch for the number
+        # the bridge skipped cycles (the stamps' holes): the answer must say so rather than vouch
+        # for the number
         assert summary["verdict"] != "good" and any("never arrived" in r for r in summary["verdict_reasons"])
     else:
         assert abs(summary["mass"] - outcome.truth_mass) / outcome.truth_mass < 0.05

@@ -53,10 +53,10 @@ from typing import Callable
 import mujoco
 import numpy as np
 
-from .errors import DataError, TrackingError
-from .excitation.design import actuator_torque_limits
-from .excitation.trajectory import Trajectory
-from .identification.recording import QualityNote, Recording
+from ..errors import DataError, TrackingError
+from ..excitation.design import actuator_torque_limits
+from ..excitation.trajectory import Trajectory
+from ..identification.recording import QualityNote, Recording
 
 # Divergence shows up as these warnings: MuJoCo then resets the state instead of propagating NaN.
 _DIVERGENCE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,

@@ -1,0 +1,188 @@
+"""The arm a simulator node drives: MuJoCo stepped one control period at a time under the
+commands it was given, measured as its drives would report it.
+
+Each control period the arm reads its state, computes the joint torque for the command in
+force (a streamed command, or a ``Preview`` sampled at that period), reports state and
+torque with noise and quantisation, and holds the torque through the MuJoCo steps of the
+period. The law: with ``kp`` and ``kd`` the MIT mode of the drives, tau = kp (q_des - q)
++ kd (dq_des - dq) + tau_ff; without them the computed-torque feedback of
+``ComputedTorque.feedback_torque`` (stable on any arm). A joint whose command is older than
+``command_timeout_s`` of simulated time falls back to damping only (q_des = q, dq_des = 0, no
+feed-forward), as the Damiao bridge does; before its first command a joint holds the initial
+pose with the law and no feed-forward. A preview commands every joint at each period it
+covers; after its last knot the arm holds that knot, and the hold ages like a streamed
+command from there.
+
+``advance(count)`` simulates ``count`` periods and returns their samples as one
+``StateBlock``: the per-period work is MuJoCo's and the control law's, the rest (targets,
+watchdog, noise) is done once per block, so a caller publishing blocks pays little per sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from ..errors import DataError
+from ..excitation.preview import Preview
+from . import ComputedTorque, MeasurementNoise, measure, mit_torque, mujoco_warnings, plant_model, simulation_timing, step
+
+
+@dataclass(frozen=True, eq=False)
+class StateBlock:
+    """Consecutive samples as the drives report them: ``stamp_ns`` (m,) int64 simulated time of
+    each; ``q`` (m, n) rad, ``dq`` (m, n) rad/s, ``tau`` (m, n) N m, noise and quantisation applied."""
+
+    stamp_ns: np.ndarray
+    q: np.ndarray
+    dq: np.ndarray
+    tau: np.ndarray
+
+    def __len__(self) -> int:
+        return self.stamp_ns.shape[0]
+
+
+class SimulatedArm:
+    """A MuJoCo arm under joint commands, one control period at a time (see the module docstring).
+
+    model: the arm's MjModel (its plant is simulated: ``plant_model``); rate_hz: control and
+    sample rate; kp, kd: (n,) MIT gains, or both None for computed-torque feedback; noise:
+    the measurement noise; seed: its generator's; initial_positions (n,) rad (default the
+    model's qpos0 within the joint ranges); command_timeout_s: simulated seconds a command is
+    tracked. Raises ValueError for bad arguments.
+
+    The simulated clock starts one period in (ROS reads time 0 as "no time yet"): the sample
+    of period p is stamped (p + 1) period_ns.
+    """
+
+    def __init__(self, model: mujoco.MjModel, joint_range: np.ndarray, rate_hz: float, *, kp=None, kd=None,
+                 noise: MeasurementNoise = MeasurementNoise(), seed=0, initial_positions=None,
+                 command_timeout_s: float = 0.1):
+        if not (np.isfinite(rate_hz) and rate_hz > 0):
+            raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
+        if (kp is None) != (kd is None):
+            raise ValueError("set both kp and kd (the MIT law) or neither (computed-torque feedback)")
+        self.timing = simulation_timing(model, rate_hz)
+        self._model = plant_model(model, self.timing)
+        n = self._model.nv
+        self.kp = None if kp is None else np.asarray(kp, dtype=float)
+        self.kd = None if kd is None else np.asarray(kd, dtype=float)
+        if self.kp is None:
+            self._control = ComputedTorque(model, rate_hz).feedback_torque
+        else:
+            kp_, kd_ = self.kp, self.kd
+            self._control = lambda q, dq, q_des, dq_des, tau_ff: mit_torque(q, dq, q_des, dq_des, tau_ff, kp_, kd_)
+        self.period_ns = int(round(self.timing.substeps * self.timing.timestep * 1e9))
+        self._timeout_ns = int(round(command_timeout_s * 1e9))
+        self._noise = noise
+        self._rng = np.random.default_rng(seed)
+        q_init = (np.clip(self._model.qpos0, *np.asarray(joint_range).T) if initial_positions is None
+                  else np.asarray(initial_positions, dtype=float))
+        self._data = mujoco.MjData(self._model)
+        self._data.qpos[:] = q_init
+        mujoco.mj_forward(self._model, self._data)
+        self.periods = 0
+        # the command in force: a held target per joint, and when it was given (-1: never)
+        self._q_des, self._dq_des, self._tau_ff = q_init.copy(), np.zeros(n), np.zeros(n)
+        self._commanded_at = np.full(n, -1, dtype=np.int64)
+        self._preview: Preview | None = None
+        self._preview_start_ns = 0
+        self.stale = np.zeros(n, dtype=bool)  # joints on damping only at the last period
+        self.error: str | None = None  # set when MuJoCo diverged: nothing more is simulated
+
+    @property
+    def n_joints(self) -> int:
+        return self._model.nv
+
+    @property
+    def sim_time(self) -> float:
+        """Simulated seconds so far."""
+        return self.periods * self.period_ns * 1e-9
+
+    @property
+    def next_stamp_ns(self) -> int:
+        """Stamp of the next sample ``advance`` reports."""
+        return (self.periods + 1) * self.period_ns
+
+    def command(self, joints: np.ndarray, q_des, dq_des, tau_ff) -> None:
+        """A streamed command for the joints ``joints`` (k,) indices: q_des rad, dq_des rad/s,
+        tau_ff N m, (k,) each, in force from the next period; it ends a preview."""
+        if self._preview is not None:
+            self._hold_preview_at(self.next_stamp_ns - self.period_ns)
+        self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
+        self._commanded_at[joints] = self.periods * self.period_ns
+
+    def follow(self, preview: Preview, start_ns: int) -> None:
+        """Sample ``preview`` (every joint, in model order) at each period from ``start_ns`` (its
+        time 0 on the simulated clock); it replaces the command in force."""
+        if preview.q.shape[1] != self.n_joints:
+            raise ValueError(f"a preview of {preview.q.shape[1]} joints for an arm of {self.n_joints}")
+        if self._preview is not None:
+            self._hold_preview_at(self.next_stamp_ns - self.period_ns)
+        self._preview, self._preview_start_ns = preview, int(start_ns)
+
+    @property
+    def preview_end_ns(self) -> int | None:
+        """Simulated time (ns) of the last knot of the preview in force, None without one."""
+        if self._preview is None:
+            return None
+        return self._preview_start_ns + int(round(self._preview.end * 1e9))
+
+    def _hold_preview_at(self, now_ns: int) -> None:
+        """Leave the preview: its sample at ``now_ns`` becomes the held command of every joint."""
+        q, dq, effort = self._preview.sample(np.array([(now_ns - self._preview_start_ns) * 1e-9]))
+        self._q_des[:], self._dq_des[:], self._tau_ff[:] = q[0], dq[0], effort[0]
+        self._commanded_at[:] = min(now_ns, self.preview_end_ns)
+        self._preview = None
+
+    def _targets(self, stamps: np.ndarray):
+        """(q_des, dq_des, tau_ff, commanded_at), (m, n) each, at the periods stamped ``stamps`` (m,)."""
+        m = stamps.shape[0]
+        q_des, dq_des, tau_ff = (np.broadcast_to(a, (m, self.n_joints)).copy()
+                                 for a in (self._q_des, self._dq_des, self._tau_ff))
+        commanded_at = np.broadcast_to(self._commanded_at, (m, self.n_joints)).copy()
+        if self._preview is not None:
+            started = stamps >= self._preview_start_ns
+            if started.any():
+                q, dq, effort = self._preview.sample((stamps[started] - self._preview_start_ns) * 1e-9)
+                q_des[started], dq_des[started], tau_ff[started] = q, dq, effort
+                commanded_at[started] = np.minimum(stamps[started], self.preview_end_ns)[:, None]
+        return q_des, dq_des, tau_ff, commanded_at
+
+    def advance(self, count: int) -> StateBlock:
+        """Simulate up to ``count`` periods; the samples reported at their starts. Fewer when MuJoCo
+        diverges: ``error`` then says so, the block ends with the state the failed period started
+        from, and later calls simulate nothing."""
+        if self.error is not None or count < 1:
+            empty = np.empty((0, self.n_joints))
+            return StateBlock(np.empty(0, dtype=np.int64), empty, empty.copy(), empty.copy())
+        stamps = self.next_stamp_ns + self.period_ns * np.arange(count, dtype=np.int64)
+        q_des, dq_des, tau_ff, commanded_at = self._targets(stamps)
+        stale = (commanded_at >= 0) & (stamps[:, None] - commanded_at > self._timeout_ns)
+        any_stale = stale.any(axis=1)
+        q_out, dq_out, tau_out = (np.empty((count, self.n_joints)) for _ in range(3))
+        model, data, control, substeps = self._model, self._data, self._control, self.timing.substeps
+        qpos, qvel = data.qpos, data.qvel
+        done = 0
+        with mujoco_warnings() as messages:
+            for k in range(count):
+                q_out[k], dq_out[k] = qpos, qvel
+                if any_stale[k]:  # damping only: no position error, no velocity target, no feed-forward
+                    s = stale[k]
+                    q_des[k, s], dq_des[k, s], tau_ff[k, s] = qpos[s], 0.0, 0.0
+                tau_out[k] = control(q_out[k], dq_out[k], q_des[k], dq_des[k], tau_ff[k])
+                done = k + 1
+                try:
+                    step(model, data, tau_out[k], substeps)
+                except DataError as exc:
+                    self.error = f"{exc} (MuJoCo: {' '.join(messages) or 'bad state'})"
+                    break
+                self.periods += 1
+        self.stale = stale[done - 1]
+        if self._preview is not None and stamps[done - 1] >= self.preview_end_ns:
+            self._hold_preview_at(int(stamps[done - 1]))
+        noise, rng = self._noise, self._rng
+        return StateBlock(stamps[:done], measure(q_out[:done], noise.q_std, noise.q_resolution, rng),
+                          measure(dq_out[:done], noise.dq_std, noise.dq_resolution, rng),
+                          measure(tau_out[:done], noise.tau_std, noise.tau_resolution, rng))
