@@ -1,16 +1,13 @@
-"""Simulation speed: how fast the ROS graph simulates, and how well the virtual Damiao arm keeps real time.
+"""Simulation speed: how well the virtual Damiao arm keeps real time.
 
 These are figures of the machine and of its load, so they live here and not in the tests
 (which check the behaviour: every sample arrives, the real-time loops never run ahead of the
-wall clock, lost time is counted).
+wall clock, lost time is counted). How fast the MuJoCo graph simulates is bench/graph_speed.py.
 
-1. ``sysid-sim-identify`` as fast as possible: trajectory_publisher, mujoco_sim (1 kHz) and the
-   identifier on one executor, OpenArm class + payload, 20 s of excitation. Issue 3 asks for
-   clearly less wall time than the excitation lasts: wall/simulated < 1.
-2. ``sysid-sim-identify --damiao``: the same graph behind damiao_bridge, python-can's virtual
+1. ``sysid-sim-identify --damiao``: the graph behind damiao_bridge, python-can's virtual
    bus and the emulated motors, in real time (250 Hz, config/openarm_class_damiao.yaml). Of
    interest: JointState cycles published per wall second against the control rate.
-3. The emulator's real-time thread alone under a 500 Hz host (7 MIT commands every 2 ms):
+2. The emulator's real-time thread alone under a 500 Hz host (7 MIT commands every 2 ms):
    the fraction of wall time it simulates, the time it had to drop, and the share of a core
    it takes.
 
@@ -45,12 +42,12 @@ ROBOTS = ROOT / "config" / "robots"
 OPENARM_MOTORS = ("DM8009", "DM8009", "DM4340", "DM4340", "DM4310", "DM4310", "DM4310")
 
 
-def sim_identify(duration: float, damiao: bool) -> None:
+def sim_identify_damiao(duration: float) -> None:
     from sysid_ros import sim_identify as graph
 
     with tempfile.TemporaryDirectory() as out:
         argv = ["--model", str(ROBOTS / "openarm_class.xml"), "--truth-model", str(ROBOTS / "openarm_class_payload.xml"),
-                "--duration", str(duration), "--output-dir", out] + (["--damiao"] if damiao else [])
+                "--duration", str(duration), "--output-dir", out, "--damiao"]
         with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
             outcome = graph.run(graph.build_parser().parse_args(argv))
     if outcome.error:
@@ -105,11 +102,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="excitation length, s (default 20)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("1. sysid-sim-identify, as fast as possible (mujoco_sim 1 kHz)")
-    sim_identify(args.duration, damiao=False)
-    print("2. sysid-sim-identify --damiao, real time (virtual Damiao arm, 250 Hz)")
-    sim_identify(args.duration, damiao=True)
-    print("3. virtual Damiao arm alone, 500 Hz host")
+    print("1. sysid-sim-identify --damiao, real time (virtual Damiao arm, 250 Hz)")
+    sim_identify_damiao(args.duration)
+    print("2. virtual Damiao arm alone, 500 Hz host")
     emulator_under_a_host(5.0)
 
 

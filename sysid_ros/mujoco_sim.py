@@ -396,15 +396,18 @@ class MujocoSim(Node):
         period_s = self.arm.period_ns * 1e-9
         due = int((time.monotonic() - self._wall_start) / period_s) + 1 - self.arm.periods
         # a callback simulates the periods due since the last one: those due earlier than
-        # steps_per_callback periods ago are late, and those given up below never come
-        self.late_periods += max(0, due - self._steps_per_callback)
+        # steps_per_callback periods ago are late, and those given up below never come (the
+        # time spent waiting for a commander is neither: it is not simulated at all)
+        late = max(0, due - self._steps_per_callback)
         if due > max(MAX_CATCH_UP, 2 * self._steps_per_callback):
             self.get_logger().warning(f'{due} control periods late: dropping the lost time (the simulation '
                                       'runs slower than real time)', throttle_duration_sec=WARN_PERIOD_S)
             self._wall_start += (due - 1) * period_s
             due = 1
         allowed = self._periods_allowed(due)
-        if allowed < due:
+        if allowed == due:
+            self.late_periods += late
+        else:
             # in step with a commander on the simulated clock, as when not in real time: the
             # wall time spent waiting for it is not simulated afterwards (no burst on commands
             # already overtaken)
