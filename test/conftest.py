@@ -1,4 +1,5 @@
-"""Shared fixtures: paths of the bundled and test models; an isolated ROS 2 domain."""
+"""Shared fixtures: paths of the bundled and test models; an isolated ROS 2 domain; MuJoCo's
+gravity torque, an oracle independent of the regressor."""
 import contextlib
 import logging
 import os
@@ -7,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mujoco
+import numpy as np
 import pytest
 
 # Tests that start ROS 2 nodes must not hear other runs on this machine: one DDS domain per
@@ -85,3 +88,15 @@ def log_of(caplog):
                 logger.removeHandler(caplog.handler)
                 logger.propagate = propagate
     return capture
+
+
+def gravity_mujoco(model: mujoco.MjModel, q: np.ndarray) -> np.ndarray:
+    """g(q) (N, n) from MuJoCo's RNE at rest: an oracle independent of the regressor."""
+    data = mujoco.MjData(model)
+    out = np.empty_like(q)
+    for i, qi in enumerate(q):
+        data.qpos[:], data.qvel[:] = qi, 0.0
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        mujoco.mj_rne(model, data, 0, out[i])
+    return out

@@ -29,7 +29,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 
-from conftest import ROBOTS
+from conftest import ROBOTS, gravity_mujoco
 from sysid_core import load_robot
 from sysid_core.excitation.multisine import multisine
 from sysid_core.excitation.trajectory import Trajectory
@@ -465,17 +465,6 @@ def test_memory_is_bounded_by_the_buffer_capacity(nodes):
 
 # --------------------------------------------------------------------------- 5. effort semantics
 
-def _gravity_mujoco(model: mujoco.MjModel, q: np.ndarray) -> np.ndarray:
-    """g(q) (N, n) from MuJoCo's RNE at rest: an oracle independent of our regressor."""
-    data = mujoco.MjData(model)
-    out = np.empty_like(q)
-    for i, qi in enumerate(q):
-        data.qpos[:], data.qvel[:] = qi, 0.0
-        mujoco.mj_kinematics(model, data)
-        mujoco.mj_comPos(model, data)
-        mujoco.mj_rne(model, data, 0, out[i])
-    return out
-
 
 def test_current_and_gravity_compensated_efforts_give_the_torque_result(data, executor, nodes, tmp_path):
     nominal, _, recording = data
@@ -485,7 +474,7 @@ def test_current_and_gravity_compensated_efforts_give_the_torque_result(data, ex
     efforts = {
         "torque": ({}, recording.tau),
         "current": ({"torque_constants": kt.tolist(), "gear_ratios": gear.tolist()}, recording.tau / (kt * gear)),
-        "gravity_compensated": ({}, recording.tau - _gravity_mujoco(nominal.model, recording.q)),
+        "gravity_compensated": ({}, recording.tau - gravity_mujoco(nominal.model, recording.q)),
     }
     documents = {}
     for mode, (extra, effort) in efforts.items():

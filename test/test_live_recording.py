@@ -9,7 +9,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from conftest import ROBOTS
+from conftest import ROBOTS, gravity_mujoco
 from sysid_core import DataError, load_robot
 from sysid_core.identification import screening
 from sysid_core.identification.live_recording import (MAX_NAME_LAYOUTS, RECEIVE_STAMPED, LiveRecording, SampleBuffer,
@@ -301,18 +301,6 @@ def test_a_saved_recording_is_counted_as_a_live_one():
         saved_recording(loaded, min_samples=11, source="bag")
 
 
-def _gravity_mujoco(model: mujoco.MjModel, q: np.ndarray) -> np.ndarray:
-    """g(q) (N, n) from MuJoCo's RNE at rest: an oracle independent of the regressor."""
-    data = mujoco.MjData(model)
-    out = np.empty_like(q)
-    for i, qi in enumerate(q):
-        data.qpos[:], data.qvel[:] = qi, 0.0
-        mujoco.mj_kinematics(model, data)
-        mujoco.mj_comPos(model, data)
-        mujoco.mj_rne(model, data, 0, out[i])
-    return out
-
-
 def test_effort_as_joint_torque_in_each_mode():
     robot = load_robot(ROBOTS / "openarm_class.xml")
     rng = np.random.default_rng(0)
@@ -329,7 +317,7 @@ def test_effort_as_joint_torque_in_each_mode():
         joint_torque(measured, robot, "current", None, list(gear))
     with pytest.raises(ValueError, match="needs gear_ratios with one value per model joint"):
         joint_torque(measured, robot, "current", list(kt), [1.0])
-    gravity = _gravity_mujoco(robot.model, q)
+    gravity = gravity_mujoco(robot.model, q)
     np.testing.assert_allclose(joint_torque(measured, robot, "gravity_compensated"), effort + gravity, atol=1e-9)
     # evaluated in blocks of GRAVITY_CHUNK samples: the same numbers as in one block
     many = gravity_torque(robot, np.repeat(q, 500, axis=0))
