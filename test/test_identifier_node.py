@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 
-import mujoco
 import numpy as np
 import pytest
 import rclpy

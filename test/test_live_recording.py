@@ -5,7 +5,6 @@ import sys
 import threading
 from array import array
 
-import mujoco
 import numpy as np
 import pytest
 
