@@ -54,6 +54,12 @@ special frame or a state refresh that round holds no command: its row is zero (k
 ``command_log_dir``/commands_<date>_<time>.npz (``identification.actuator.CommandLog.load``
 reads it) from a worker thread, and answers with the path.
 
+Loop record (``loop_record``, sysid_core.damiao.loop_record.LoopRecord, preallocated rings of
+the newest ``LOOP_RECORD_S`` of cycles): each cycle's start (steady clock) and duration, and for
+each ``joint_states`` message the age of every reply in it (publication minus the reply's bus
+time). Two clock reads and a few stores per cycle; bench/damiao_loop.py reads it to measure the
+loop's period, its overruns and the feedback's age.
+
 All names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/damiao/enable``,
 ...), so the node runs under a namespace; ``/diagnostics`` is the one global topic the
 diagnostics tools read, and its status names carry the node's namespace.
@@ -85,6 +91,7 @@ from std_srvs.srv import Trigger
 
 from sysid_core.damiao import protocol
 from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
+from sysid_core.damiao.loop_record import LoopRecord
 from sysid_core.damiao.supervisor import CLEAR, DISABLE, ENABLE, Supervisor, screen_feedback
 from sysid_core.errors import DataError
 from sysid_core.identification.actuator import CommandLog, EffortGains
@@ -103,6 +110,7 @@ MAX_FRAMES_PER_CYCLE = 256
 # bus timestamps farther than this from the system clock are not epoch times (some adapters
 # count from power-up): the node clock stamps the message then
 STAMP_PLAUSIBLE_S = 1.0
+LOOP_RECORD_S = 10.0         # of cycles (and messages) ``loop_record`` keeps: read it at least this often
 
 
 def load_effort_gains(path, joint_names) -> np.ndarray:
@@ -122,7 +130,7 @@ class DamiaoBridge(Node):
     ``frames_other`` (on ids no motor of this arm answers on), ``bus_errors``, ``status`` (n,) last
     status code per motor (-1 before any feedback), ``faults`` (n,) latched reason or None,
     ``lost`` (n,) bool (silent now), ``enabled``, ``tracking`` (n,) bool of the last cycle,
-    ``clamped`` (count of commands clamped)."""
+    ``clamped`` (count of commands clamped), ``loop_record`` (the loop's timing)."""
 
     def __init__(self, **kwargs):
         super().__init__('damiao_bridge', **kwargs)
@@ -208,6 +216,7 @@ class DamiaoBridge(Node):
         self._log_frames = bytearray(self._log_rows * n * protocol.FRAME_LENGTH)
         self._log_mit = bytearray(self._log_rows * n)   # 1 where the motor got an MIT frame
         self._log_next = self._log_count = 0
+        self.loop_record = LoopRecord(math.ceil(LOOP_RECORD_S * self._rate), n)
         self.supervisor = Supervisor(self.arm.joint_names,
                                      max(ENABLE_ATTEMPTS, math.ceil(REQUEST_TIMEOUT_S * self._rate)))
         self._by_master = {mid: j for j, mid in enumerate(self.arm.master_ids)}
@@ -221,6 +230,8 @@ class DamiaoBridge(Node):
         self._missed = np.zeros(n, dtype=int)    # rounds of frames left unanswered, in a row
         self._round_sent = 0.0                   # time.monotonic() of the last round of frames
         self._bus_stamp = np.zeros(n)
+        self._names = list(self.arm.joint_names)
+        self._all_joints = np.arange(n)
         self._command = np.full((3, n), np.nan)  # joint-side q_des, dq_des, tau_ff
         self._command_time = np.full(n, -np.inf)  # time.monotonic() of receipt
         self._armed_at = math.inf                 # commands older than this are stale
@@ -323,16 +334,26 @@ class DamiaoBridge(Node):
 
     def _run_now(self, kind: str):
         """Run a request to its end here, cycle by cycle at the control rate: at start-up and
-        shutdown, when no executor drives the control timer."""
+        shutdown, when no executor drives the control timer.
+
+        Cycle k is due at t0 + k T (steady clock); one that starts more than a period late skips
+        the periods it missed, as the steady timer does. Never back to back to catch up: such a
+        burst spends a request's frames before a motor can answer any of them (a descheduled
+        thread emulating the motors, a slow adapter), and fails a request the motors complete."""
         with self._lock:
             request = self.supervisor.start(kind)
         period = 1.0 / self._rate
-        wake = time.monotonic()
+        due = time.monotonic()
         while not request.done and self._bus is not None:
+            now = time.monotonic()
+            if now < due:
+                time.sleep(due - now)
+                continue
+            due += period
+            if due <= now:
+                due += (math.floor((now - due) / period) + 1) * period
             with self._lock:
                 self._cycle()
-            wake += period
-            time.sleep(max(wake - time.monotonic(), 0.0))
         return request
 
     # --- bus I/O ----------------------------------------------------------------------------
@@ -377,15 +398,18 @@ class DamiaoBridge(Node):
             self.frames_received += 1
             return True
         now = time.monotonic()
-        seen = not math.isnan(self._accepted_at[j])
-        feedback, why = screen_feedback(data, can_id, self.arm.limits[j], self._feedback[0, j] if seen else None,
-                                        now - self._accepted_at[j] if seen else 0.0)
+        accepted_at = self._accepted_at[j]
+        seen = not math.isnan(accepted_at)
+        state = self._feedback
+        feedback, why = screen_feedback(data, can_id, self.arm.limits[j], state[0, j] if seen else None,
+                                        now - accepted_at if seen else 0.0)
         if feedback is None:
             self._reject(msg, why)
             return True
         self.frames_received += 1
-        self._feedback[:, j] = feedback.position, feedback.velocity, feedback.torque
-        self._temperatures[:, j] = feedback.mosfet_temperature, feedback.rotor_temperature
+        # element by element: assigning a tuple to a column costs a microsecond (every frame)
+        state[0, j], state[1, j], state[2, j] = feedback.position, feedback.velocity, feedback.torque
+        self._temperatures[0, j], self._temperatures[1, j] = feedback.mosfet_temperature, feedback.rotor_temperature
         self._accepted_at[j] = now
         self._fresh[j] = self._answered[j] = True
         self.lost[j] = False
@@ -420,6 +444,7 @@ class DamiaoBridge(Node):
     def _cycle(self):
         if self._bus is None:  # released at interpreter exit before the node was destroyed
             return
+        start = time.monotonic()
         for _ in range(MAX_FRAMES_PER_CYCLE):
             if not self._receive():
                 break
@@ -436,17 +461,21 @@ class DamiaoBridge(Node):
         self._round_sent = time.monotonic()
         self._send(special)
         self.cycles += 1
+        self.loop_record.cycle(start, time.monotonic())
 
     def _check_feedback(self) -> None:
         # a cycle without a reply counts only if the last round of frames had half a period to
         # be answered: a late timer runs cycles back to back, faster than any motor replies
-        waited = time.monotonic() - self._round_sent >= 0.5 / self._rate
-        self._missed = np.where(self._answered, 0, self._missed + int(waited))
+        if time.monotonic() - self._round_sent >= 0.5 / self._rate:
+            self._missed += 1
+        self._missed[self._answered] = 0
         self._answered[:] = False
-        for j in np.flatnonzero((self._missed >= self._silent_cycles) & ~self.lost):
-            self.lost[j] = True
-            self.supervisor.lost(j, f"no feedback for {self._silent_cycles} cycles")
-        self._log_new_faults()
+        silent = self._missed >= self._silent_cycles
+        if silent.any():
+            for j in np.flatnonzero(silent & ~self.lost):
+                self.lost[j] = True
+                self.supervisor.lost(j, f"no feedback for {self._silent_cycles} cycles")
+            self._log_new_faults()
 
     def _publish_state(self) -> None:
         # one message per round of replies: a reply that missed this cycle (bus or scheduling
@@ -454,21 +483,29 @@ class DamiaoBridge(Node):
         # that consumers matching the whole arm would drop; only silent motors are left out
         if not self._fresh.any() or not np.all(self._fresh | self.lost):
             return
-        fresh = np.flatnonzero(self._fresh)
+        every = self._fresh.all()
+        fresh = self._all_joints if every else np.flatnonzero(self._fresh)
         self._fresh[:] = False
         q, dq, tau = self.arm.to_joint(*self._feedback)
         tau *= self.effort_gains
         msg = JointState()
-        stamp = float(self._bus_stamp[fresh].max())
-        if abs(stamp - time.time()) < STAMP_PLAUSIBLE_S:
+        stamp = float(self._bus_stamp.max() if every else self._bus_stamp[fresh].max())
+        on_system_clock = abs(stamp - time.time()) < STAMP_PLAUSIBLE_S
+        if on_system_clock:
             sec = math.floor(stamp)
             msg.header.stamp.sec, msg.header.stamp.nanosec = sec, int((stamp - sec) * 1e9)
         else:
             msg.header.stamp = self.get_clock().now().to_msg()
-        msg.name = [self.arm.joint_names[j] for j in fresh]
-        msg.position, msg.velocity, msg.effort = q[fresh].tolist(), dq[fresh].tolist(), tau[fresh].tolist()
+        if every:
+            msg.name = self._names
+            msg.position, msg.velocity, msg.effort = q.tolist(), dq.tolist(), tau.tolist()
+        else:
+            msg.name = [self._names[j] for j in fresh]
+            msg.position, msg.velocity, msg.effort = q[fresh].tolist(), dq[fresh].tolist(), tau[fresh].tolist()
         self._state_pub.publish(msg)
         self.published += 1
+        if on_system_clock:
+            self.loop_record.message(time.time(), self._bus_stamp, fresh)
 
     def _send(self, special: dict) -> None:
         """One frame per motor: ``special`` {joint: payload} of a request, else the MIT command
@@ -480,35 +517,35 @@ class DamiaoBridge(Node):
         commands = self._commands(may_track) if self.supervisor.enabled else None
         if commands is None:
             self.tracking[:] = False
-        row = self._log_next
-        if self._log_rows:
-            self._log_time[row] = time.time()   # the clock of the joint_states stamps
-        n = self.arm.n
+        log = self._log_rows > 0
+        if log:
+            self._log_time[self._log_next] = time.time()   # the clock of the joint_states stamps
+        first = self._log_next * self.arm.n      # the round's first motor in the log's flat arrays
+        length = protocol.FRAME_LENGTH
         for j, can_id in enumerate(self.arm.can_ids):
+            mit = False
             if j in special:
                 self._send_frame(can_id, special[j])
-                mit = None
             elif commands is not None:
-                mit = protocol.encode_mit(commands[j], self.arm.limits[j])
-                self._send_frame(can_id, mit)
+                payload = protocol.encode_mit(commands[j], self.arm.limits[j])
+                self._send_frame(can_id, payload)
+                mit = True
+                if log:
+                    self._log_frames[(first + j) * length:(first + j + 1) * length] = payload
             else:
                 self._send_frame(*protocol.refresh_frame(can_id))
-                mit = None
-            if self._log_rows:
-                self._log_mit[row * n + j] = mit is not None
-                if mit is not None:
-                    start = (row * n + j) * protocol.FRAME_LENGTH
-                    self._log_frames[start:start + protocol.FRAME_LENGTH] = mit
-        if self._log_rows:
-            self._log_next = (row + 1) % self._log_rows
+            if log:
+                self._log_mit[first + j] = mit
+        if log:
+            self._log_next = (self._log_next + 1) % self._log_rows
             self._log_count = min(self._log_count + 1, self._log_rows)
 
     def _commands(self, may_track: bool) -> list:
         received = self._command_time
         track = may_track & (received >= self._armed_at) & (time.monotonic() - received <= self._timeout)
         if self._max_error > 0:
-            q_measured = self.arm.to_joint(*self._feedback)[0]
-            target = np.clip(self._command[0], self.arm.lower, self.arm.upper)
+            q_measured = self.arm.directions * self._feedback[0] + self.arm.position_offsets
+            target = np.minimum(np.maximum(self._command[0], self.arm.lower), self.arm.upper)
             far = track & (np.abs(target - q_measured) > self._max_error)
             if far.any():
                 self._warn('far', "commands more than max_position_error "

@@ -116,6 +116,8 @@ KD_MIN, KD_MAX = 0.0, 5.0
 # although (x - min) / (max - min) * (2^N - 1) may come out as u - 1e-12. Only values within
 # one millionth of an LSB below an integer are rounded up; everything else truncates.
 _TRUNCATION_GUARD = 1e-6
+# the largest raw value of each field width
+_FULL = {bits: (1 << bits) - 1 for bits in {POSITION_BITS, VELOCITY_BITS, KP_BITS, KD_BITS, TORQUE_BITS}}
 
 
 class Frame(NamedTuple):
@@ -148,9 +150,12 @@ def float_to_uint(x: float, lo: float, hi: float, bits: int) -> int:
     x = _check_finite("value", x)
     if not hi > lo:
         raise ValueError(f"empty range [{lo}, {hi}]")
-    full = (1 << bits) - 1
-    x = min(max(x, lo), hi)
-    u = math.floor((x - lo) / (hi - lo) * full + _TRUNCATION_GUARD)
+    return _to_uint(x, lo, hi, (1 << bits) - 1)
+
+
+def _to_uint(x: float, lo: float, hi: float, full: int) -> int:
+    # float_to_uint of a checked value and range (the codec checks each field once)
+    u = math.floor((min(max(x, lo), hi) - lo) / (hi - lo) * full + _TRUNCATION_GUARD)
     return min(max(u, 0), full)
 
 
@@ -170,12 +175,15 @@ def resolution(lo: float, hi: float, bits: int) -> float:
 def _check_limits(limits: MotorLimits) -> MotorLimits:
     for name in ("pmax", "vmax", "tmax"):
         value = getattr(limits, name)
-        if not (isinstance(value, numbers.Real) and math.isfinite(value) and value > 0):
+        # type() first: the numbers.Real check is slow, and this runs for every frame
+        if not ((type(value) is float or isinstance(value, numbers.Real)) and math.isfinite(value) and value > 0):
             raise ValueError(f"MotorLimits.{name} must be a positive finite number, got {value!r}")
     return limits
 
 
 def _payload(data: Bytes, what: str) -> bytes:
+    if type(data) is bytes and len(data) == FRAME_LENGTH:
+        return data
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"{what} must be bytes-like, got {type(data).__name__}")
     data = bytes(data)
@@ -207,21 +215,17 @@ def encode_mit(command: MitCommand, limits: MotorLimits) -> bytes:
     kd [0, 5], torque +-TMAX) and truncated. NaN or infinite fields raise ValueError.
     """
     _check_limits(limits)
-    fields = {}
-    for name in ("position", "velocity", "kp", "kd", "torque"):
-        fields[name] = _check_finite(f"MitCommand.{name}", getattr(command, name))
-    p = float_to_uint(fields["position"], -limits.pmax, limits.pmax, POSITION_BITS)
-    v = float_to_uint(fields["velocity"], -limits.vmax, limits.vmax, VELOCITY_BITS)
-    kp = float_to_uint(fields["kp"], KP_MIN, KP_MAX, KP_BITS)
-    kd = float_to_uint(fields["kd"], KD_MIN, KD_MAX, KD_BITS)
-    t = float_to_uint(fields["torque"], -limits.tmax, limits.tmax, TORQUE_BITS)
-    return bytes((
-        p >> 8, p & 0xFF,
-        v >> 4, ((v & 0xF) << 4) | (kp >> 8),
-        kp & 0xFF,
-        kd >> 4, ((kd & 0xF) << 4) | (t >> 8),
-        t & 0xFF,
-    ))
+    p = _check_finite("MitCommand.position", command.position)
+    v = _check_finite("MitCommand.velocity", command.velocity)
+    kp = _check_finite("MitCommand.kp", command.kp)
+    kd = _check_finite("MitCommand.kd", command.kd)
+    t = _check_finite("MitCommand.torque", command.torque)
+    # the fields back to back, big-endian: p 16 bits, then v, kp, kd, t 12 bits each
+    return ((_to_uint(p, -limits.pmax, limits.pmax, _FULL[POSITION_BITS]) << 48)
+            | (_to_uint(v, -limits.vmax, limits.vmax, _FULL[VELOCITY_BITS]) << 36)
+            | (_to_uint(kp, KP_MIN, KP_MAX, _FULL[KP_BITS]) << 24)
+            | (_to_uint(kd, KD_MIN, KD_MAX, _FULL[KD_BITS]) << 12)
+            | _to_uint(t, -limits.tmax, limits.tmax, _FULL[TORQUE_BITS])).to_bytes(FRAME_LENGTH, "big")
 
 
 def unpack_mit_raw(data: Bytes) -> tuple[int, int, int, int, int]:
@@ -406,20 +410,16 @@ def encode_feedback(feedback: Feedback, limits: MotorLimits) -> bytes:
     _check_limits(limits)
     motor_id = _nibble("Feedback.motor_id", feedback.motor_id)
     status = _nibble("Feedback.status", feedback.status)
-    p = float_to_uint(_check_finite("Feedback.position", feedback.position),
-                      -limits.pmax, limits.pmax, POSITION_BITS)
-    v = float_to_uint(_check_finite("Feedback.velocity", feedback.velocity),
-                      -limits.vmax, limits.vmax, VELOCITY_BITS)
-    t = float_to_uint(_check_finite("Feedback.torque", feedback.torque),
-                      -limits.tmax, limits.tmax, TORQUE_BITS)
-    return bytes((
-        (status << 4) | motor_id,
-        p >> 8, p & 0xFF,
-        v >> 4, ((v & 0xF) << 4) | (t >> 8),
-        t & 0xFF,
-        _temperature_byte("Feedback.mosfet_temperature", feedback.mosfet_temperature),
-        _temperature_byte("Feedback.rotor_temperature", feedback.rotor_temperature),
-    ))
+    p = _check_finite("Feedback.position", feedback.position)
+    v = _check_finite("Feedback.velocity", feedback.velocity)
+    t = _check_finite("Feedback.torque", feedback.torque)
+    # byte 0, then p 16 bits, v and t 12 bits each, the two temperature bytes: big-endian
+    return ((((status << 4) | motor_id) << 56)
+            | (_to_uint(p, -limits.pmax, limits.pmax, _FULL[POSITION_BITS]) << 40)
+            | (_to_uint(v, -limits.vmax, limits.vmax, _FULL[VELOCITY_BITS]) << 28)
+            | (_to_uint(t, -limits.tmax, limits.tmax, _FULL[TORQUE_BITS]) << 16)
+            | (_temperature_byte("Feedback.mosfet_temperature", feedback.mosfet_temperature) << 8)
+            | _temperature_byte("Feedback.rotor_temperature", feedback.rotor_temperature)).to_bytes(FRAME_LENGTH, "big")
 
 
 # --- special frames --------------------------------------------------------------------
