@@ -631,7 +631,7 @@ class Identifier(Node):
         published = with_consistent_inertia(added)
         if published is not added:
             self.get_logger().warning(
-                f"the payload's identified inertia is not physically consistent (poorly determined: see the "
+                "the payload's identified inertia is not physically consistent (poorly determined: see the "
                 "standard deviations); sysid/payload carries the nearest consistent inertia about its centre of "
                 "mass, with the mass and centre of mass as identified")
         i = published.inertia
