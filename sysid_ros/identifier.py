@@ -101,6 +101,9 @@ JOINT_STATES_DEPTH = 10_000
 SETTLE_QUIET_S = 0.25
 SETTLE_RUN_ON_S = 2.0
 SETTLE_LIMIT_S = 30.0
+# shutdown: how long an identification or a save still running is given to finish (s); a
+# second Ctrl-C does not cut this wait, so it is bounded
+WORKER_WAIT_S = 120.0
 # exit status of the node after identify_on_done with exit_when_done (as sysid-identify's)
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 3
 # what to do when an identification would not fit in memory
@@ -236,6 +239,7 @@ class Identifier(Node):
         self.last_report = ""  # result table of the last successful identification
         self._truth = None  # (path, Robot) of the truth model last loaded
         self._identify_lock = threading.Lock()  # one identification at a time, each in a thread of its own
+        self._workers: list[threading.Thread] = []  # identifications and saves, finished before the node goes
         self.finished = Future()
 
         # the recording must not lose samples: reliable, and deep enough for the bursts of a
@@ -435,7 +439,7 @@ class Identifier(Node):
         executor = self.executor
         if executor is not None:
             answered.add_done_callback(lambda _: _wake(executor))
-        threading.Thread(target=self._save_in_thread, args=(answered,), name="save_recording", daemon=True).start()
+        self._start_worker(self._save_in_thread, (answered,), "save_recording")
         response.success, response.message = await answered
         return response
 
@@ -507,10 +511,29 @@ class Identifier(Node):
         executor = self.executor
         if executor is not None:  # the executor sleeps until something wakes it
             answered.add_done_callback(lambda _: _wake(executor))
-        thread = threading.Thread(target=self._identify_in_thread, args=(answered, auto), name="identify",
-                                  daemon=True)
-        thread.start()
+        self._start_worker(self._identify_in_thread, (answered, auto), "identify")
         return answered
+
+    def _start_worker(self, target, args: tuple, name: str) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._workers = [t for t in self._workers if t.is_alive()] + [thread]
+        thread.start()
+
+    def destroy_node(self):
+        # an identification (its files, its figures) or a recording being saved is finished
+        # first: the end of the process must not cut a run's output short
+        busy = [t for t in self._workers if t.is_alive()]
+        if busy:
+            names = ", ".join(t.name for t in busy)
+            self.get_logger().info(f"waiting up to {WORKER_WAIT_S:g} s for {names} to finish")
+            deadline = time.monotonic() + WORKER_WAIT_S
+            for thread in busy:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            cut = ", ".join(t.name for t in busy if t.is_alive())
+            if cut:
+                self.get_logger().error(f"{cut} still running after {WORKER_WAIT_S:g} s: its output may be "
+                                        "incomplete")
+        return super().destroy_node()
 
     def _identify_in_thread(self, answered: Future, auto: bool) -> None:
         with self._identify_lock:

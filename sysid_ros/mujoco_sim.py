@@ -152,6 +152,7 @@ class MujocoSim(Node):
         self._waiting_since = None  # wall time the fast loop began to wait for a command
         self._free_running = False  # the commander went silent: do not wait for it
         self._timed_out = False
+        self._realign = False  # real time: the next wall timer call puts the due times on its schedule
         self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=STATE_DEPTH))
         self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
         self._block_pub = None
@@ -301,8 +302,8 @@ class MujocoSim(Node):
             if listening < self._subscribers:
                 return
             self._started = True
-            self._wall_start = time.monotonic()
             self._timer.reset()
+            self._align_to_timer(0)
             if self._subscribers:
                 self.get_logger().info(f'{listening} subscribers on {self._state_pub.topic_name}'
                                        + (f' and {self._block_pub.topic_name}' if self._block_pub else '')
@@ -349,13 +350,18 @@ class MujocoSim(Node):
         if not self.paused or self.error is not None:
             return
         self.paused = False
-        if self._realtime:  # the paused wall time is not simulated afterwards
-            self._wall_start = time.monotonic() - self.sim_time
         self._timer.reset()
+        if self._realtime:  # the paused wall time is not simulated afterwards
+            self._align_to_timer(self.arm.periods)
         self.get_logger().info(f'{why}: simulation resumed')
 
     def _commanded(self, newest_ns: int):
         """A command arrived, the newest at ``newest_ns`` (sim time): stop waiting for one."""
+        # real time: a simulation held back by its commander (waiting, or about to) goes on at
+        # the timer's next call as if on schedule: the wait, taking this command included, is
+        # not lateness
+        if self._realtime and self._started and not self.paused and self._held():
+            self._realign = True
         self._last_command_ns = newest_ns
         self._free_running = False
         if self._waiting_since is not None:
@@ -392,9 +398,21 @@ class MujocoSim(Node):
             return
         self._simulate(count)
 
+    def _due(self) -> int:
+        """Real time: the periods due by now and not simulated yet."""
+        return int((time.monotonic() - self._wall_start) / (self.arm.period_ns * 1e-9)) + 1 - self.arm.periods
+
+    def _held(self) -> bool:
+        """Real time: periods are due that the commander does not allow yet."""
+        due = self._due()
+        return self._periods_allowed(due) < due
+
     def _on_wall_timer(self):
         period_s = self.arm.period_ns * 1e-9
-        due = int((time.monotonic() - self._wall_start) / period_s) + 1 - self.arm.periods
+        if self._realign:
+            self._realign = False
+            self._align_to_timer(self.arm.periods)
+        due = self._due()
         # a callback simulates the periods due since the last one: those due earlier than
         # steps_per_callback periods ago are late, and those given up below never come (the
         # time spent waiting for a commander is neither: it is not simulated at all)
@@ -413,9 +431,20 @@ class MujocoSim(Node):
             # already overtaken)
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
-            self._wall_start = time.monotonic() - (self.arm.periods + allowed) * period_s
+            self._align_to_timer(self.arm.periods + allowed)
         if allowed > 0:
             self._simulate(allowed)
+
+    def _align_to_timer(self, periods: int):
+        """Real time: put the due times of period ``periods`` and of those after it (a period
+        apart) on the wall timer's schedule, the last of the steps_per_callback periods the timer's
+        next call simulates due at that call. A call on schedule then finds exactly those due, and
+        a period is late only when its call comes a whole period or more behind schedule. (Measured
+        from the moment of a call instead, every later call would carry that call's wake-up delay
+        in its phase: tens of microseconds of ordinary jitter would count as late periods.)"""
+        next_call_s = 1e-9 * (self._timer.time_until_next_call() or 0)
+        self._wall_start = (time.monotonic() + next_call_s
+                            - (periods + self._steps_per_callback - 1) * self.arm.period_ns * 1e-9)
 
     # --- publishing -------------------------------------------------------------------------
 

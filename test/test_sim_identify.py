@@ -4,7 +4,7 @@ Acceptance of the ROS 2 stage: a 7-DOF arm carrying a payload its nominal model 
 20 s of excitation with the default measurement noise and the simulator running as fast as it
 can; the composite terminal mass within 3 % and its centre of mass within 5 mm, and no
 JointState sample lost between the simulator and the identifier. How much faster than real
-time that run is depends on the machine: bench/simulation_speed.py prints it.
+time that run is depends on the machine: bench/graph_speed.py prints it.
 """
 import numpy as np
 import pytest
@@ -28,6 +28,9 @@ def test_payload_identified_through_ros(tmp_path):
     assert abs(mass - outcome.truth_mass) / outcome.truth_mass < 0.03
     assert np.linalg.norm(np.array(outcome.summary["center_of_mass"]) - outcome.truth_com) < 5e-3
     assert (tmp_path / "params.json").is_file() and (tmp_path / "updated_model.xml").is_file()
+    # the figures are drawn after the answer: the run still ends only once they are written
+    for figure in ("torque_fit.png", "residuals.png", "parameters.png"):
+        assert (tmp_path / figure).stat().st_size > 0, figure
 
 
 @pytest.mark.parametrize("argv, pattern", [

@@ -229,6 +229,14 @@ class FakeMonotonic:
         return self.now
 
 
+def _on_schedule(sim, wall, period):
+    """The wall timer's schedule on the fake clock, a call every period from now on, and the
+    simulator's periods due on it (as when the simulation starts)."""
+    start = wall.now
+    sim._timer.time_until_next_call = lambda: round(1e9 * ((start - wall.now) % period or period))
+    sim._align_to_timer(0)
+
+
 def test_realtime_sim_follows_the_wall_clock(context, monkeypatch):
     wall = FakeMonotonic()
     monkeypatch.setattr("sysid_ros.mujoco_sim.time.monotonic", wall)
@@ -239,25 +247,60 @@ def test_realtime_sim_follows_the_wall_clock(context, monkeypatch):
     try:
         assert sim.error is None and sim.sim_time == 0.0
         period = 1e-3  # the default rate_hz, 1 kHz
-        sim._on_wall_timer()  # the state at wall time 0 is published, then the first period is stepped
+        _on_schedule(sim, wall, period)
+        wall.now += period
+        sim._on_wall_timer()  # the state at the start is published, then the first period is stepped
         assert sim.published == 1 and sim.sim_time == pytest.approx(period)
         sim._on_wall_timer()  # no wall time passed: nothing to do
         assert sim.published == 1
         wall.now += 7.5 * period  # a late tick catches up every period that began meanwhile
         sim._on_wall_timer()
         assert sim.published == 8 and sim.sim_time == pytest.approx(8 * period)
+        assert sim.late_periods == 6  # simulated more than one tick after they were due
         for _ in range(50):  # on time: one period per tick, never ahead of the wall clock
             wall.now += period
             sim._on_wall_timer()
-            assert sim.sim_time - (wall.now - 1000.0) <= period + 1e-12
+            assert sim.sim_time - (wall.now - 1000.0) <= 1e-12
         assert sim.published == 58
+        for _ in range(10):  # ticks less than a period behind their schedule: none late
+            wall.now += 1.4 * period
+            sim._on_wall_timer()
+            wall.now += 0.6 * period
+            sim._on_wall_timer()
+        assert sim.published == 78 and sim.late_periods == 6
         # a stall longer than MAX_CATCH_UP periods: the lost time is dropped, not simulated in a burst
         wall.now += 5.0
         sim._on_wall_timer()
-        assert sim.published == 59
+        assert sim.published == 79
         wall.now += 3 * period  # and from there the simulation follows the wall clock again
         sim._on_wall_timer()
-        assert sim.published == 62
+        assert sim.published == 82
+    finally:
+        sim.destroy_node()
+
+
+def test_realtime_sim_waiting_for_its_commander_is_never_late(context, monkeypatch):
+    wall = FakeMonotonic()
+    monkeypatch.setattr("sysid_ros.mujoco_sim.time.monotonic", wall)
+    sim = MujocoSim(context=context, parameter_overrides=[Parameter("model", value=OPENARM)])
+    try:
+        period, lead = 1e-3, 5  # 1 kHz, command_lead_s 5 ms by default
+        _on_schedule(sim, wall, period)
+        for _ in range(lead + 3):  # up to the lead past the start, then held: no command yet
+            wall.now += period
+            sim._on_wall_timer()
+        assert sim.published == lead and sim.late_periods == 0
+        # the first command arrives 30 ms later, the time the commander took to plan and the
+        # simulator to take its message: a wait, not lateness
+        wall.now += 0.030
+        sim._on_command(JointState(name=list(sim.joint_names), position=[0.0] * len(sim.joint_names)))
+        wall.now += 0.2 * period
+        sim._on_wall_timer()  # the wait ends here: the periods are due on the timer's schedule from now on
+        assert sim.published == lead and sim.late_periods == 0
+        for _ in range(3):
+            wall.now += period
+            sim._on_wall_timer()
+        assert sim.published == lead + 3 and sim.late_periods == 0
     finally:
         sim.destroy_node()
 
