@@ -52,6 +52,7 @@ setup(
         "python-can>=4.0",
         "rosbags>=0.10",  # rosbag2 recordings (sysid-identify --recording)
         "matplotlib>=3.5",  # the PNG figures next to params.json
+        "scikit-learn>=1.3",  # the GMM residual model
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "pin"],

@@ -33,7 +33,10 @@ class Recording:
     ``time`` (N,) s, strictly increasing; ``q`` (N, n) rad (m), ``dq`` (N, n) rad/s,
     ``tau`` (N, n) joint torque N m (N), the torque the actuators applied. ``ddq`` (N, n) rad/s^2
     only when it is known exactly (planned or simulated); estimators otherwise derive it
-    from the measurements. ``joint_names`` (n,) give the column order. ``quality_notes``
+    from the measurements. ``motor_q`` (N, n) rad, when the arm has a motor-side encoder as
+    well: the motor's position in joint units (motor angle / gear ratio, the joint's zero and
+    sign), so that q - motor_q is the transmission's deflection. ``joint_names`` (n,) give the
+    column order. ``quality_notes``
     (QualityNote, ...) what the source found wrong with the data (tracking, saturation):
     they travel with every part of the recording and end in the verdict of what is
     identified from it.
@@ -46,6 +49,7 @@ class Recording:
     joint_names: tuple
     ddq: np.ndarray | None = None
     quality_notes: tuple = ()
+    motor_q: np.ndarray | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "quality_notes", tuple(self.quality_notes))
@@ -58,6 +62,8 @@ class Recording:
         arrays = {"q": self.q, "dq": self.dq, "tau": self.tau}
         if self.ddq is not None:
             arrays["ddq"] = self.ddq
+        if self.motor_q is not None:
+            arrays["motor_q"] = self.motor_q
         for name, arr in arrays.items():
             if np.shape(arr) != (num, n):
                 raise DataError(f"{name} has shape {np.shape(arr)}, expected ({num}, {n}) for {n} joints")
@@ -88,7 +94,7 @@ class Recording:
         """The samples ``index`` (a slice or index array) picks, every signal alike."""
         pick = (lambda a: None if a is None else np.asarray(a)[index])
         return Recording(pick(self.time), pick(self.q), pick(self.dq), pick(self.tau), self.joint_names,
-                         pick(self.ddq), self.quality_notes)
+                         pick(self.ddq), self.quality_notes, pick(self.motor_q))
 
     def select(self, joint_names) -> "Recording":
         """Columns reordered to ``joint_names``; DataError naming what is missing. The same
@@ -102,4 +108,4 @@ class Recording:
         idx = [self.joint_names.index(j) for j in joint_names]
         pick = (lambda a: None if a is None else np.asarray(a)[:, idx])
         return Recording(self.time, pick(self.q), pick(self.dq), pick(self.tau), joint_names, pick(self.ddq),
-                         self.quality_notes)
+                         self.quality_notes, pick(self.motor_q))

@@ -1,0 +1,120 @@
+"""Transmission stiffness and damping from a double-encoder recording.
+
+An elastic transmission passes the link tau_link = k (motor_q - q) + c (d motor_q/dt - dq): with
+the deflection delta = q - motor_q, tau_link = -(k delta + c d(delta)/dt). Given the link-side
+torque (the rigid-body inverse dynamics of the link side at the measured q, dq and ddq, which
+excludes what acts before the spring: rotor inertia, motor and gearbox friction), each joint's
+k and c are a linear least-squares fit, with an offset for the encoders' zero mismatch:
+
+    tau_link_j = -k_j delta_j - c_j d(delta_j)/dt + b_j
+
+q, dq, the deflection and their derivatives are low-passed with the identification's zero-phase
+Butterworth filter (``FilterConfig``), trimmed at both ends and decimated, as the main
+identification prepares its rows. The deflection carries both encoders' noise, and plain least
+squares on a noisy regressor shrinks the slope (regression dilution: a quarter of the stiffness
+on a lightly loaded joint). The fit is therefore by instrumental variables: the instruments are
+the link torque, its rate and one, which follow the deflection but not its noise. Standard
+deviations are the instrumental-variable ones, scaled for the filter: neighbouring filtered
+samples are not independent, so the residual's degrees of freedom are counted per filter
+bandwidth (2 cutoff_hz samples per second), not per sample. A joint whose load hardly varies
+is reported as not identified, with the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import DataError
+from .filtering import FilterConfig, derivative, lowpass, uniform_sample_rate
+from .recording import Recording
+
+# instruments and regressor nearly unrelated (cond of their normalised cross product above this):
+# the joint carries too little varying load for its spring to show
+MAX_CONDITION = 1e6
+
+
+@dataclass(frozen=True, eq=False)
+class TransmissionEstimate:
+    """Per joint (n,): ``stiffness`` N m/rad, ``damping`` N m s/rad, their standard deviations,
+    ``offset`` rad (the deflection read at zero torque: the encoders' zero mismatch) and
+    ``rmse`` N m of the fit, NaN for a joint not identified; ``samples`` rows fitted; ``notes``
+    one line per joint not identified, saying why."""
+
+    joint_names: tuple
+    stiffness: np.ndarray
+    damping: np.ndarray
+    stiffness_std: np.ndarray
+    damping_std: np.ndarray
+    offset: np.ndarray
+    rmse: np.ndarray
+    samples: int
+    notes: tuple = ()
+
+    def as_dicts(self) -> list:
+        """One dict per joint, as params.json's ``joints`` entries carry them."""
+        def number(x):  # JSON has no NaN: a joint not identified has null figures
+            return float(x) if np.isfinite(x) else None
+        return [{"joint": name, "transmission_stiffness": number(self.stiffness[j]),
+                 "transmission_stiffness_std": number(self.stiffness_std[j]),
+                 "transmission_damping": number(self.damping[j]), "transmission_damping_std": number(self.damping_std[j]),
+                 "deflection_offset": number(self.offset[j]), "transmission_rmse": number(self.rmse[j])}
+                for j, name in enumerate(self.joint_names)]
+
+
+def identify_transmission(recording: Recording, link_torque: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+                          config: FilterConfig = FilterConfig()) -> TransmissionEstimate:
+    """Each joint's stiffness and damping from ``recording`` (its ``motor_q`` required, time
+    stamps uniform) given ``link_torque(q, dq, ddq) -> (M, n)`` N m, the link side's torque at
+    the filtered states (M, n). Raises DataError without motor-side positions, with too few
+    samples."""
+    if recording.motor_q is None:
+        raise DataError("the recording has no motor-side positions (motor_q): the transmission needs both encoders")
+    rate = uniform_sample_rate(recording.time)
+    trim = int(round(config.trim_s * rate))
+    keep = np.arange(trim, recording.n_samples - trim, config.decimation)
+    if keep.size < 50:
+        raise DataError(f"{keep.size} samples remain after trimming {config.trim_s} s at each end: record longer")
+
+    def smooth(x):
+        return lowpass(np.asarray(x, dtype=float), rate, config.cutoff_hz, config.order)
+    q = smooth(recording.q)
+    dq = smooth(recording.dq)
+    ddq = smooth(derivative(dq, rate))
+    delta = smooth(np.asarray(recording.q, dtype=float) - np.asarray(recording.motor_q, dtype=float))
+    ddelta = smooth(derivative(delta, rate))
+    tau = np.asarray(link_torque(q[keep], dq[keep], ddq[keep]), dtype=float)
+    n = len(recording.joint_names)
+    if tau.shape != (keep.size, n):
+        raise DataError(f"link_torque returned shape {tau.shape}, expected ({keep.size}, {n})")
+    # independent samples: one per 1 / (2 cutoff) s of filtered signal
+    independent = min(keep.size, 2.0 * config.cutoff_hz * keep.size * config.decimation / rate)
+    out = {key: np.empty(n) for key in ("k", "c", "k_std", "c_std", "offset", "rmse")}
+    notes = []
+    # instruments: the link torque and its rate, free of the encoders' noise the deflection carries
+    rate_of_tau = np.gradient(tau, recording.time[keep], axis=0)
+    for j, name in enumerate(recording.joint_names):
+        a = np.column_stack([-delta[keep, j], -ddelta[keep, j], np.ones(keep.size)])
+        z = np.column_stack([-tau[:, j], -rate_of_tau[:, j], np.ones(keep.size)])
+        scale, zscale = np.sqrt(np.sum(a * a, axis=0)), np.sqrt(np.sum(z * z, axis=0))
+        cross = (z / zscale).T @ (a / scale)
+        if np.linalg.cond(cross) > MAX_CONDITION:
+            for key in out:
+                out[key][j] = np.nan
+            notes.append(f"{name}: not identified, its load and deflection do not vary enough together")
+            continue
+        theta = np.linalg.solve(cross, (z / zscale).T @ tau[:, j]) / scale
+        residual = tau[:, j] - a @ theta
+        dof = max(independent - 3.0, 1.0)
+        sigma2 = float(np.sum(residual ** 2)) / keep.size * independent / dof
+        inverse = np.linalg.inv(cross)
+        covariance = sigma2 * (inverse @ ((z / zscale).T @ (z / zscale)) @ inverse.T) / np.outer(scale, scale)
+        covariance *= keep.size / independent
+        out["k"][j], out["c"][j] = theta[0], theta[1]
+        out["k_std"][j], out["c_std"][j] = np.sqrt(np.diag(covariance)[:2])
+        out["offset"][j] = theta[2] / theta[0] if theta[0] != 0 else float("nan")
+        out["rmse"][j] = np.sqrt(np.mean(residual ** 2))
+    return TransmissionEstimate(joint_names=tuple(recording.joint_names), stiffness=out["k"], damping=out["c"],
+                                stiffness_std=out["k_std"], damping_std=out["c_std"], offset=out["offset"],
+                                rmse=out["rmse"], samples=int(keep.size), notes=tuple(notes))

@@ -1,0 +1,126 @@
+"""Elastic transmissions: the simulated elastic arm against MuJoCo's rigid inverse dynamics, and
+the stiffness identified from its double-encoder recording against the truth it was built with."""
+import mujoco
+import numpy as np
+import pytest
+
+from conftest import ROBOTS
+from sysid_core.dynamics.model import load_robot
+from sysid_core.errors import DataError
+from sysid_core.excitation.multisine import multisine
+from sysid_core.identification.recording import Recording
+from sysid_core.identification.transmission import identify_transmission
+from sysid_core.simulation import MeasurementNoise
+from sysid_core.simulation.elastic import ROTOR_SUFFIX, Transmission, elastic_plant, simulate_elastic
+
+REAL_ARMS = ROBOTS.parent.parent / "test" / "models" / "real_arms"
+OPENARM = ROBOTS / "openarm_class.xml"
+
+
+def _rigid_links(path) -> mujoco.MjModel:
+    """The file's arm with the joints' own terms (armature, damping, friction loss) and every
+    constraint off: what the link side of an elastic arm is."""
+    model = mujoco.MjModel.from_xml_path(str(path))
+    model.dof_armature[:] = model.dof_damping[:] = model.dof_frictionloss[:] = 0.0
+    model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT) | int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
+    model.body_gravcomp[:] = 0.0
+    return model
+
+
+def _link_torque(path):
+    model = _rigid_links(path)
+    data = mujoco.MjData(model)
+
+    def torque(q, dq, ddq):
+        out = np.empty_like(q)
+        for i in range(q.shape[0]):
+            data.qpos[:], data.qvel[:], data.qacc[:] = q[i], dq[i], ddq[i]
+            mujoco.mj_inverse(model, data)
+            out[i] = data.qfrc_inverse
+        return out
+    return torque
+
+
+@pytest.mark.parametrize("path", [OPENARM, REAL_ARMS / "ur5e.xml"], ids=lambda p: p.stem)
+def test_the_link_gets_the_spring_torque_and_moves_as_a_rigid_arm(path):
+    original = mujoco.MjModel.from_xml_path(str(path))
+    n = original.nv
+    stiffness, damping = np.linspace(800.0, 3000.0, n), np.linspace(0.5, 2.0, n)
+    plant = elastic_plant(path, Transmission(stiffness, damping), 1000.0)
+    model = plant.model
+    # the rotor carries the joint's own terms, the link none
+    for j, name in enumerate(plant.joint_names):
+        rotor, link = plant.rotor_dof[j], plant.link_dof[j]
+        source = original.jnt_dofadr[original.joint(name).id]
+        assert model.dof_armature[rotor] == original.dof_armature[source]
+        assert model.dof_frictionloss[rotor] == original.dof_frictionloss[source]
+        assert model.dof_armature[link] == model.dof_damping[link] == model.dof_frictionloss[link] == 0.0
+        assert model.joint(name + ROTOR_SUFFIX).id >= 0
+    rng = np.random.default_rng(0)
+    data = mujoco.MjData(model)
+    lo, hi = original.jnt_range[:, 0], original.jnt_range[:, 1]
+    data.qpos[plant.link_qpos] = rng.uniform(0.8 * lo + 0.2 * hi, 0.2 * lo + 0.8 * hi)
+    data.qpos[plant.rotor_qpos] = data.qpos[plant.link_qpos] + rng.uniform(-2e-3, 2e-3, n)
+    data.qvel[:] = rng.uniform(-1.0, 1.0, model.nv)
+    data.qfrc_applied[plant.rotor_dof] = rng.uniform(-5.0, 5.0, n)
+    mujoco.mj_forward(model, data)
+    spring = (stiffness * (data.qpos[plant.rotor_qpos] - data.qpos[plant.link_qpos])
+              + damping * (data.qvel[plant.rotor_dof] - data.qvel[plant.link_dof]))
+    q, dq, ddq = (a[None] for a in (data.qpos[plant.link_qpos], data.qvel[plant.link_dof], data.qacc[plant.link_dof]))
+    # the oracle: MuJoCo's inverse dynamics of the rigid links, at the link's own motion
+    assert np.allclose(_link_torque(path)(q, dq, ddq)[0], spring, rtol=0, atol=1e-4 * (1 + np.abs(spring).max()))
+
+
+@pytest.mark.parametrize("path, stiffness", [(OPENARM, 1000.0), (REAL_ARMS / "xarm7.xml", 3000.0)],
+                         ids=["openarm_class", "xarm7"])
+def test_the_stiffness_comes_out_of_a_double_encoder_recording(path, stiffness):
+    robot = load_robot(path)
+    n = robot.n_joints
+    k, c = np.full(n, stiffness), np.full(n, 0.05 * np.sqrt(stiffness))
+    rotor = np.where(robot.armature > 0, robot.armature, 0.01)
+    plan = multisine(robot.joint_range, 15.0, 1000.0, seed=0, max_velocity=1.0)
+    recording = simulate_elastic(path, plan, Transmission(k, c, rotor), robot.model, noise=MeasurementNoise(), seed=1)
+    estimate = identify_transmission(recording, _link_torque(path))
+    error = estimate.stiffness / k - 1
+    relative_std = estimate.stiffness_std / k
+    determined = relative_std < 0.0125
+    assert determined.sum() >= n // 2, relative_std
+    # where the recording determines it, within 5 %; everywhere, within its own uncertainty
+    assert np.all(np.abs(error[determined]) < 0.05), error
+    assert np.all(np.abs(error) < 4 * relative_std + 1e-3), (error, relative_std)
+    assert np.all(np.abs(estimate.damping - c) < 4 * estimate.damping_std + 1e-3 * c), (estimate.damping, c)
+    # the offset the encoders share is found as none
+    assert np.all(np.abs(estimate.offset) < 1e-3)
+
+
+def test_a_recording_keeps_its_motor_positions_through_every_cut():
+    t = np.arange(10) * 1e-3
+    q = np.arange(20.0).reshape(10, 2)
+    recording = Recording(t, q, q, q, ("a", "b"), motor_q=q + 0.5)
+    assert np.array_equal(recording.rows(slice(2, 5)).motor_q, q[2:5] + 0.5)
+    assert np.array_equal(recording.select(("b", "a")).motor_q, q[:, ::-1] + 0.5)
+    head, tail = recording.split(0.3)
+    assert np.array_equal(np.vstack([head.motor_q, tail.motor_q]), q + 0.5)
+    with pytest.raises(DataError, match="motor_q has shape"):
+        Recording(t, q, q, q, ("a", "b"), motor_q=q[:, :1])
+    bad = q + 0.5
+    bad[3, 1] = np.nan
+    with pytest.raises(DataError, match="motor_q contains 1 NaN"):
+        Recording(t, q, q, q, ("a", "b"), motor_q=bad)
+
+
+def test_without_motor_positions_no_transmission_is_identified():
+    t = np.arange(2000) * 1e-3
+    q = np.sin(t)[:, None]
+    with pytest.raises(DataError, match="motor-side"):
+        identify_transmission(Recording(t, q, q, q, ("a",)), lambda q, dq, ddq: q)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(stiffness=[-1.0, 2.0], damping=[0.0, 0.0]), "stiffness"),
+    (dict(stiffness=[1.0, 2.0], damping=[0.0, np.nan]), "damping"),
+    (dict(stiffness=[1.0, 2.0], damping=[0.0, 0.0], rotor_inertia=[0.0, 1.0]), "rotor_inertia"),
+])
+def test_an_impossible_transmission_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Transmission(**kwargs).checked(2)
