@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -52,8 +53,10 @@ from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, 
 from .identification.memory import FIXED_BYTES as _FIXED_BYTES, available_memory, memory_needed
 from .identification.memory import describe_bytes as _bytes
 from .identification.recording_files import STAMPS, read_recordings
+from .identification.residual import compensate
 from .identification.screening import lost_sample_notes, missing_in_stretches
-from .results.export import params_document, write_damiao_csv, write_params_json
+from .identification.transmission import identify_transmission, rigid_link_torque
+from .results.export import add_transmission, params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
@@ -140,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     recorded.add_argument("--validation-fraction", type=float, default=0.2,
                           help="share of the recording, at its end, held out to validate the model (default 0.2; "
                                "0 uses everything)")
+    recorded.add_argument("--validation-recording", type=Path, nargs="+", metavar="FILE",
+                          help="validate on these recordings (bags or CSV, as --recording) instead of a share of "
+                               "the training one, which is then used whole")
+    parser.add_argument("--residual", choices=("none", "gmm"), default="none",
+                        help="gmm: after the fit, learn per joint the torque it leaves unexplained (a Gaussian "
+                             "mixture over q, dq and, when recorded, the transmission's deflection) and write "
+                             "residual_model.json (default none)")
     parser.add_argument("--payload-frame",
                         help="frame of the params.json payload block: the terminal body (default) or a link fixed "
                              "to it, e.g. the flange frame a driver's set_payload expects")
@@ -188,8 +198,12 @@ def _check_recording_options(args: argparse.Namespace) -> None:
                              "from the files and no simulation runs: leave them out")
         if not 0.0 <= args.validation_fraction < 1.0:
             raise SysidError(f"--validation-fraction must be in [0, 1), got {args.validation_fraction}")
+        if args.validation_recording and args.validation_fraction != parser.get_default("validation_fraction"):
+            raise SysidError("--validation-fraction and --validation-recording: give one (the validation is either "
+                             "a share of the recording or recordings of its own)")
     else:
-        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction", "effort_gains")
+        given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction", "effort_gains",
+                                                            "validation_recording")
                  if getattr(args, name) != parser.get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)} only apply with --recording")
@@ -199,7 +213,7 @@ def _recorded_data(args: argparse.Namespace, robot):
     """(identification, validation or None) from the --recording files, the validation the last
     --validation-fraction of the samples."""
     loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
-    recording = loaded.recording
+    recording = _with_effort_gains(args, robot, loaded.recording)
     summary = loaded.summary()
     if args.stamps == "header":  # receive stamps have no holes to count: a late message is not a lost one
         # samples lost before they were recorded (holes in the stamps of each file): the verdict says so
@@ -209,13 +223,20 @@ def _recorded_data(args: argparse.Namespace, robot):
             missing, recording.n_samples, ", ".join(str(p) for p in loaded.files)))
     print(f"Read {', '.join(str(p) for p in loaded.files)}: {summary}")
     if args.effort_gains is not None:
-        gains = EffortGains.load(args.effort_gains)
-        recording = apply_effort_gains(recording, gains)
         print(f"Effort gains from {args.effort_gains}: " + ", ".join(
-            f"{j} {g:.4f}" for j, g in zip(robot.joint_names, gains.for_joints(robot.joint_names))))
+            f"{j} {g:.4f}" for j, g in zip(robot.joint_names,
+                                           EffortGains.load(args.effort_gains).for_joints(robot.joint_names))))
+    if args.validation_recording:
+        held = read_recordings(args.validation_recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
+        print(f"Validation: {', '.join(str(p) for p in held.files)}: {held.summary()}")
+        return recording, _with_effort_gains(args, robot, held.recording)
     if args.validation_fraction > 0:
         return recording.split(args.validation_fraction)
     return recording, None
+
+
+def _with_effort_gains(args: argparse.Namespace, robot, recording):
+    return recording if args.effort_gains is None else apply_effort_gains(recording, EffortGains.load(args.effort_gains))
 
 
 def _write_model_files(args: argparse.Namespace, robot, result) -> int:
@@ -337,7 +358,7 @@ def check_replayed_trajectory(plan, robot, path: Path) -> None:
 # --- outputs ----------------------------------------------------------------------------------
 
 OUTPUTS = ("params.json", "updated_model.xml", "updated_model.urdf", "damiao_trajectory.csv", "torque_fit.png", "residuals.png",
-           "parameters.png")
+           "parameters.png", "residual_model.json")
 """Every file a run may write into --output-dir."""
 
 
@@ -555,7 +576,17 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
     args.output_dir.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(args.output_dir)
     document = params_document(result, robot, source=source, truth=truth, payload_frame=args.payload_frame)
+    residual = None
+    if recording.motor_q is not None:
+        transmission = identify_transmission(recording.select(robot.joint_names), rigid_link_torque(robot, result),
+                                             config.filter)
+        add_transmission(document, transmission)
+    if args.residual == "gmm":
+        print("Fitting the residual model (GMM per joint)")
+        residual, document["residual"] = compensate(robot, result, recording, validation, seed=args.seed)
     write_params_json(args.output_dir / "params.json", document)
+    if residual is not None:
+        (args.output_dir / "residual_model.json").write_text(json.dumps(residual.as_dict(), indent=1) + "\n")
     print(format_result(result, document))
     if not args.no_plots:
         try:

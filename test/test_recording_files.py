@@ -184,6 +184,33 @@ def test_csv_round_trip_and_hand_written_csv(arm, tmp_path):
         rf.read_csv(tmp_path / "nohead.csv")
 
 
+def test_csv_with_motor_side_positions(arm, tmp_path):
+    robot, recording = arm
+    motor = recording.q - 1e-3 * np.tanh(recording.tau)  # a deflection under load
+    double = Recording(recording.time, recording.q, recording.dq, recording.tau, recording.joint_names, motor_q=motor)
+    rf.write_csv(tmp_path / "double.csv", double)
+    back = rf.read_csv(tmp_path / "double.csv", robot.joint_names).recording
+    np.testing.assert_array_equal(back.motor_q, motor)
+    np.testing.assert_array_equal(back.tau, recording.tau)
+    assert rf.read_csv(tmp_path / "double.csv", robot.joint_names[:2]).recording.motor_q.shape == \
+        (recording.n_samples, 2)
+    (tmp_path / "hand.csv").write_text(
+        "time,a_position,a_velocity,a_effort,a_motor_position,b_position,b_velocity,b_effort,b_motor_position\n"
+        "0.000,0.1,1,1,0.09,0.2,2,2,0.19\n"
+        "0.001,0.2,1,1,,0.2,2,2,0.19\n"      # no motor position
+        "0.002,0.3,1,1,inf,0.2,2,2,0.19\n"   # infinite
+        "0.003,0.4,1,1,0.39,0.3,2,2,0.29\n")
+    hand = rf.read_csv(tmp_path / "hand.csv", ("a", "b"))
+    np.testing.assert_array_equal(hand.recording.motor_q, [[0.09, 0.19], [0.39, 0.29]])
+    assert hand.dropped == {"with a missing or non-numeric value": 1, "with NaN or infinite values": 1}
+    (tmp_path / "half.csv").write_text(
+        "time,a_position,a_velocity,a_effort,a_motor_position,b_position,b_velocity,b_effort\n0,0,0,0,0,0,0,0\n")
+    with pytest.raises(DataError, match=r"\['b_motor_position'\] as well"):
+        rf.read_csv(tmp_path / "half.csv", ("a", "b"))
+    with pytest.raises(DataError, match="with and without motor-side positions"):
+        rf.concatenate([double, recording])
+
+
 def test_files_are_separate_stretches_never_filtered_across_the_seam(arm):
     robot, recording = arm
     first, second = recording.rows(slice(0, 500)), recording.rows(slice(500, None))

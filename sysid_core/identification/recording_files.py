@@ -12,7 +12,10 @@ silently; nothing usable at all is a DataError that gives the counts.
 CSV layout (what :func:`write_csv` writes): optional ``#`` comment lines, a header
 ``time,<joint>_position,<joint>_velocity,<joint>_effort,...`` (columns in any order, other
 columns ignored), then one row per sample; time in s, position rad (m), velocity rad/s
-(m/s), effort N m (N), the joint torque.
+(m/s), effort N m (N), the joint torque. An arm with a motor-side encoder as well adds
+``<joint>_motor_position`` for every joint: the motor's position in joint units (motor angle /
+gear ratio, the joint's zero and sign), rad; the recording then carries ``motor_q``, and a row
+without it is dropped and counted like any other incomplete row.
 
 Several files make one Recording of separate stretches (:func:`concatenate`): each file
 after the first is shifted in time to start after a gap that ``filtering.prepare`` always
@@ -35,6 +38,7 @@ from .recording import Recording
 STAMPS = ("header", "receive")
 JOINT_STATE = "sensor_msgs/msg/JointState"
 FIELDS = ("position", "velocity", "effort")
+MOTOR_FIELD = "motor_position"
 # seconds between stretches, beyond the MAX_GAP_PERIODS sample periods prepare() cuts at
 SEAM_S = 1.0
 
@@ -73,11 +77,13 @@ class JointStateLog:
     CSV reader (and a node's recorder) feed.
 
     ``joint_names`` the joints to keep, in this order; None takes the names of the first
-    complete message. Rows are stored in one array grown by doubling.
+    complete message. ``motor``: every sample carries the motor-side positions too (``add``'s
+    ``motor_position``). Rows are stored in one array grown by doubling.
     """
 
-    def __init__(self, joint_names=None):
+    def __init__(self, joint_names=None, motor: bool = False):
         self.joint_names = None if joint_names is None else tuple(joint_names)
+        self.motor = bool(motor)
         self.messages = 0
         self.dropped: dict = {}
         self._stamps = np.empty(0, dtype=np.int64)
@@ -109,17 +115,18 @@ class JointStateLog:
                 self._layouts[names] = layout
         return layout
 
-    def add(self, stamp_ns: int, names, position, velocity, effort) -> bool:
+    def add(self, stamp_ns: int, names, position, velocity, effort, motor_position=()) -> bool:
         """Screen one joint-state sample (stamp in ns; names (m,); position, velocity, effort
-        (m,) each); True when kept, else counted in ``dropped``."""
+        and, for a ``motor`` log, motor_position (m,) each); True when kept, else counted in
+        ``dropped``."""
         self.messages += 1
         names = tuple(names)
         m = len(names)
-        sizes = (len(position), len(velocity), len(effort))
-        if sizes != (m, m, m):
-            empty = [f for f, s in zip(FIELDS, sizes) if s == 0]
+        sizes = (len(position), len(velocity), len(effort)) + ((len(motor_position),) if self.motor else ())
+        if sizes != (m,) * len(sizes):
+            empty = [f for f, s in zip(FIELDS + (MOTOR_FIELD,), sizes) if s == 0]
             self._drop(f"without {'/'.join(empty)} values" if empty else
-                       "with position/velocity/effort lengths that differ from the names'")
+                       f"with {'/'.join(FIELDS + (MOTOR_FIELD,) * self.motor)} lengths that differ from the names'")
             return False
         layout = self._layout(names)
         if isinstance(layout, str):
@@ -127,8 +134,8 @@ class JointStateLog:
             return False
         if self.joint_names is None:
             self.joint_names = names
-        values = np.concatenate([np.asarray(position, dtype=float)[layout], np.asarray(velocity, dtype=float)[layout],
-                                 np.asarray(effort, dtype=float)[layout]])
+        values = np.concatenate([np.asarray(field, dtype=float)[layout] for field in
+                                 (position, velocity, effort) + ((motor_position,) if self.motor else ())])
         if not np.all(np.isfinite(values)):
             self._drop("with NaN or infinite values")
             return False
@@ -164,8 +171,8 @@ class JointStateLog:
         n = len(self.joint_names)
         rows = self._rows[:self._size]
         time_s = (self._stamps[:self._size] - self._stamps[0]) * 1e-9
-        return Recording(time_s, rows[:, :n].copy(), rows[:, n:2 * n].copy(), rows[:, 2 * n:].copy(),
-                         self.joint_names)
+        return Recording(time_s, rows[:, :n].copy(), rows[:, n:2 * n].copy(), rows[:, 2 * n:3 * n].copy(),
+                         self.joint_names, motor_q=rows[:, 3 * n:].copy() if self.motor else None)
 
 
 # --------------------------------------------------------------------------- rosbag2
@@ -274,9 +281,14 @@ def read_csv(path, joint_names=None) -> LoadedRecording:
             if missing or not wanted:
                 raise DataError(f"{path}: the columns {missing or ['<joint>_position', '...']} are missing; "
                                 f"joints in the file: {available}")
+            motor = [j for j in wanted if f"{j}_{MOTOR_FIELD}" in header]
+            if motor and len(motor) != len(wanted):
+                raise DataError(f"{path}: motor-side positions for {motor} only; a double-encoder recording needs "
+                                f"{[f'{j}_{MOTOR_FIELD}' for j in wanted if j not in motor]} as well")
+            fields = FIELDS + ((MOTOR_FIELD,) if motor else ())
             time_col = header.index("time")
-            cols = [[header.index(f"{j}_{f}") for j in wanted] for f in FIELDS]
-            log = JointStateLog(wanted)
+            cols = [[header.index(f"{j}_{f}") for j in wanted] for f in fields]
+            log = JointStateLog(wanted, motor=bool(motor))
             for row in reader:
                 try:
                     t = float(row[time_col])
@@ -299,11 +311,13 @@ def write_csv(path, recording: Recording) -> Path:
     """Write ``recording`` as a recording CSV; values to 17 significant digits (exact round trip)."""
     path = Path(path)
     names = recording.joint_names
-    header = ["time"] + [f"{j}_{f}" for j in names for f in FIELDS]
-    q, dq, tau = (np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau))
-    # per joint: position, velocity, effort
+    fields = FIELDS + ((MOTOR_FIELD,) if recording.motor_q is not None else ())
+    header = ["time"] + [f"{j}_{f}" for j in names for f in fields]
+    signals = [np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau, recording.motor_q)
+               if a is not None]
+    # per joint: position, velocity, effort (and motor position)
     table = np.column_stack([np.asarray(recording.time, dtype=float)] +
-                            [c for j in range(len(names)) for c in (q[:, j], dq[:, j], tau[:, j])])
+                            [a[:, j] for j in range(len(names)) for a in signals])
     with path.open("w", newline="") as f:
         f.write(",".join(header) + "\n")
         np.savetxt(f, table, delimiter=",", fmt="%.17g")
@@ -333,8 +347,12 @@ def concatenate(recordings) -> tuple[Recording, tuple]:
         end = times[-1][-1]
         starts.append(count)
         count += r.n_samples
+    motor = [r.motor_q is not None for r in recordings]
+    if any(motor) and not all(motor):
+        raise DataError("recordings with and without motor-side positions cannot be joined")
     join = (lambda field_name: np.concatenate([np.asarray(getattr(r, field_name), dtype=float) for r in recordings]))
-    return Recording(np.concatenate(times), join("q"), join("dq"), join("tau"), names), tuple(starts)
+    return Recording(np.concatenate(times), join("q"), join("dq"), join("tau"), names,
+                     motor_q=join("motor_q") if all(motor) else None), tuple(starts)
 
 
 def read_recordings(paths, joint_names, topic: str = "/joint_states", stamps: str = "header") -> LoadedRecording:

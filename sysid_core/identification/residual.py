@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError
+from .identify import fitted_torque
 
 # candidate numbers of components, each tried on the held-out blocks
 COMPONENTS = (1, 2, 4, 8, 12, 16)
@@ -285,3 +286,63 @@ def _finite(x):
 
 def _number(x) -> float:
     return float("nan") if x is None else float(x)
+
+
+# --------------------------------------------------------------------------- on an identification
+
+# rows of prepared data a residual fit keeps at most (evenly spread): the mixture sees at most
+# MAX_FIT_SAMPLES of them anyway, and an hour-long recording must not be held whole
+MAX_RESIDUAL_ROWS = 200_000
+
+
+def residual_rows(robot, result, recording) -> tuple:
+    """What the identified ``result`` leaves unexplained in ``recording``, at its prepared rows
+    (filtered, trimmed, decimated as the identification saw them), at most MAX_RESIDUAL_ROWS
+    of them: (q, dq, deflection or None, residual), each (M, n), the deflection q - motor_q
+    of the recording's motor-side encoder, the residual measured minus predicted torque, N m."""
+    stride = max(1, int(np.ceil(recording.n_samples / MAX_RESIDUAL_ROWS)))
+    parts = {"q": [], "dq": [], "deflection": [], "residual": []}
+    raw = recording.select(robot.joint_names)
+    deflection = None if raw.motor_q is None else np.asarray(raw.q, dtype=float) - np.asarray(raw.motor_q, dtype=float)
+    for part, predicted in fitted_torque(robot, result, recording):
+        pick = slice(None, None, stride)
+        parts["q"].append(part.q[pick])
+        parts["dq"].append(part.dq[pick])
+        parts["residual"].append((part.tau - predicted)[pick])
+        if deflection is not None:
+            t = np.asarray(part.time)[pick]
+            parts["deflection"].append(np.column_stack([np.interp(t, raw.time, deflection[:, j])
+                                                        for j in range(deflection.shape[1])]))
+    joined = {k: np.concatenate(v) if v else None for k, v in parts.items()}
+    return joined["q"], joined["dq"], joined["deflection"], joined["residual"]
+
+
+def compensate(robot, result, recording, validation=None, seed: int = 0) -> tuple:
+    """Fit the residual model of ``result`` on its training ``recording`` and, with a
+    ``validation`` recording, measure it there: (ResidualModel, summary) where summary is
+    params.json's ``residual`` block: per joint whether it is applied and why, the components,
+    the held-out figures and the validation RMSE without and with it (N m)."""
+    q, dq, deflection, residual = residual_rows(robot, result, recording)
+    model = fit_residual_model(robot.joint_names, q, dq, residual, deflection, seed=seed)
+    validated = None
+    if validation is not None:
+        vq, vdq, vdeflection, vresidual = residual_rows(robot, result, validation)
+        if (vdeflection is None) != (deflection is None):
+            raise DataError("the validation recording must carry motor-side positions exactly when the training "
+                            "recording does")
+        validated = (_rms_columns(vresidual), _rms_columns(vresidual - model.predict(vq, vdq, vdeflection)))
+    joints = []
+    for j, joint in enumerate(model.joints):
+        entry = {"joint": joint.joint, "applied": joint.applied, "components": joint.components,
+                 "inputs": list(joint.inputs), "reason": joint.reason,
+                 "heldout_rmse": {"without": _finite(joint.heldout_rmse[0]), "with": _finite(joint.heldout_rmse[1])}}
+        if validated is not None:
+            entry["validation_rmse"] = {"without": float(validated[0][j]), "with": float(validated[1][j])}
+        joints.append(entry)
+    summary = {"kind": "gmm", "file": "residual_model.json", "training_rows": int(q.shape[0]),
+               "deflection": deflection is not None, "joints": joints}
+    return model, summary
+
+
+def _rms_columns(a) -> np.ndarray:
+    return np.sqrt(np.mean(np.square(a), axis=0))

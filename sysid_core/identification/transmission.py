@@ -118,3 +118,19 @@ def identify_transmission(recording: Recording, link_torque: Callable[[np.ndarra
     return TransmissionEstimate(joint_names=tuple(recording.joint_names), stiffness=out["k"], damping=out["c"],
                                 stiffness_std=out["k_std"], damping_std=out["c_std"], offset=out["offset"],
                                 rmse=out["rmse"], samples=int(keep.size), notes=tuple(notes))
+
+
+def rigid_link_torque(robot, result) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The link side's torque under an identification ``result``: its rigid bodies alone
+    (``result.body_parameters``), without the joint terms (armature, friction) that act before
+    an elastic transmission. Returns f(q, dq, ddq) -> (M, n) N m, evaluated block by block."""
+    from ..dynamics.regressor import BLOCK, joint_torque_regressor
+    parameters = np.asarray(result.body_parameters, dtype=float).reshape(-1)
+
+    def torque(q, dq, ddq):
+        out = np.empty(np.shape(q))
+        for start in range(0, out.shape[0], BLOCK):
+            rows = slice(start, start + BLOCK)
+            out[rows] = joint_torque_regressor(robot.tree, robot.gravity, q[rows], dq[rows], ddq[rows]) @ parameters
+        return out
+    return torque

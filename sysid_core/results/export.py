@@ -651,3 +651,13 @@ def write_damiao_csv(path, trajectory, torque, motor_types, can_ids=None, joint_
         lines.append(f"{time[k]:.3f}," + ",".join(f"{v:.6f}" for v in flat[k] + 0.0))
     _atomic_write(Path(path), ("\n".join(lines) + "\n").encode("utf-8"))
     return {name: float(p) for name, p in zip(names, percent)}
+
+
+def add_transmission(document: dict, estimate) -> None:
+    """Put a ``TransmissionEstimate``'s figures into params.json's ``joints`` entries (matched
+    by name) and its notes, if any, into ``transmission_notes``."""
+    figures = {entry.pop("joint"): entry for entry in estimate.as_dicts()}
+    for joint in document["joints"]:
+        joint.update(figures.get(joint["name"], {}))
+    if estimate.notes:
+        document["transmission_notes"] = list(estimate.notes)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import mujoco
 import numpy as np
@@ -152,7 +153,9 @@ def _link_inertia(model: mujoco.MjModel, dofs: np.ndarray) -> np.ndarray:
 
 
 def simulate_elastic(path, trajectory: Trajectory, transmission: Transmission, nominal: mujoco.MjModel,
-                     noise: MeasurementNoise = MeasurementNoise(), seed=None, bandwidth_hz: float = 8.0) -> Recording:
+                     noise: MeasurementNoise = MeasurementNoise(), seed=None, bandwidth_hz: float = 8.0,
+                     rotor_torque: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+                     ) -> Recording:
     """The elastic arm of ``path`` tracking ``trajectory`` (columns in the file's joint order)
     in MIT mode on its motor-side encoder, as a Damiao-class drive runs it.
 
@@ -163,7 +166,10 @@ def simulate_elastic(path, trajectory: Trajectory, transmission: Transmission, n
     the nominal model at ``bandwidth_hz``). The arm starts at rest in the plan's first pose with
     each transmission deflected by its static load. Returns a Recording with q, dq of the link
     side, ``motor_q`` of the motor side and the drive's torque at each sample, ``noise``
-    applied (``motor_q`` with the position noise). Raises TrackingError when it diverges.
+    applied (``motor_q`` with the position noise). ``rotor_torque(theta, dtheta, tau_link)``
+    (n,) each, rad, rad/s, N m: a torque (n,) N m the gearbox adds on the rotor at every MuJoCo
+    step, e.g. friction that grows with the transmitted torque or a cogging ripple, which
+    neither the nominal model nor a rigid-body fit knows. Raises TrackingError when it diverges.
     """
     time = np.asarray(trajectory.time, dtype=float)
     rate = _sample_rate(time)
@@ -197,6 +203,11 @@ def simulate_elastic(path, trajectory: Trajectory, transmission: Transmission, n
                     tau[i] = drive
                     if i == num - 1:
                         break
+                if rotor_torque is not None:
+                    theta, dtheta = data.qpos[plant.rotor_qpos], data.qvel[plant.rotor_dof]
+                    link = (plant.transmission.stiffness * (theta - data.qpos[plant.link_qpos])
+                            + plant.transmission.damping * (dtheta - data.qvel[plant.link_dof]))
+                    drive = drive + rotor_torque(theta, dtheta, link)
                 applied[plant.rotor_dof] = drive
                 mujoco.mj_step(model, data)
             if _counted_divergence(counts) or not np.all(np.isfinite(data.qpos)):
