@@ -578,9 +578,12 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
     document = params_document(result, robot, source=source, truth=truth, payload_frame=args.payload_frame)
     residual = None
     if recording.motor_q is not None:
-        transmission = identify_transmission(recording.select(robot.joint_names), rigid_link_torque(robot, result),
-                                             config.filter)
-        add_transmission(document, transmission)
+        try:
+            add_transmission(document, identify_transmission(recording.select(robot.joint_names),
+                                                             rigid_link_torque(robot, result), config.filter))
+        except DataError as err:  # the rigid-body result stands without it
+            document["transmission_notes"] = [f"not identified: {err}"]
+            print(f"warning: transmission not identified: {err}", file=sys.stderr)
     if args.residual == "gmm":
         print("Fitting the residual model (GMM per joint)")
         residual, document["residual"] = compensate(robot, result, recording, validation, seed=args.seed)

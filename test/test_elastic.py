@@ -98,6 +98,22 @@ def test_the_stiffness_comes_out_of_a_double_encoder_recording(path, stiffness):
     assert np.all(np.abs(estimate.offset) < 1e-3)
 
 
+def test_jittered_stamps_are_resampled_and_lost_samples_refused():
+    robot = load_robot(OPENARM)
+    k = np.full(robot.n_joints, 1000.0)
+    plan = multisine(robot.joint_range, 8.0, 1000.0, seed=2, max_velocity=1.0)
+    exact = simulate_elastic(OPENARM, plan, Transmission(k, 0.05 * np.sqrt(k)), robot.model,
+                             noise=MeasurementNoise.off())
+    # a driver's timer: each sample stamped up to 0.2 periods off
+    stamps = exact.time + np.random.default_rng(0).uniform(-2e-4, 2e-4, exact.n_samples)
+    jittered = Recording(stamps, exact.q, exact.dq, exact.tau, exact.joint_names, motor_q=exact.motor_q)
+    estimate = identify_transmission(jittered, _link_torque(OPENARM))
+    assert np.all(np.abs(estimate.stiffness[:4] / k[:4] - 1) < 0.01), estimate.stiffness
+    holed = jittered.rows(np.r_[0:3000, 3100:jittered.n_samples])
+    with pytest.raises(DataError, match="samples are missing"):
+        identify_transmission(holed, _link_torque(OPENARM))
+
+
 def test_a_recording_keeps_its_motor_positions_through_every_cut():
     t = np.arange(10) * 1e-3
     q = np.arange(20.0).reshape(10, 2)

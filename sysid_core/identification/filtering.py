@@ -178,7 +178,7 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
             return None
         return np.stack([np.interp(grid, time, column) for column in np.asarray(signals, dtype=float).T], axis=1)
     return Recording(grid, interpolate(recording.q), interpolate(recording.dq), interpolate(recording.tau),
-                     recording.joint_names, interpolate(recording.ddq))
+                     recording.joint_names, interpolate(recording.ddq), motor_q=interpolate(recording.motor_q))
 
 
 def filter_margin(sample_rate: float, cutoff_hz: float, order: int) -> int:

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DataError
-from .filtering import FilterConfig, derivative, lowpass, uniform_sample_rate
+from .filtering import FilterConfig, derivative, lowpass, resample_uniform, uniform_sample_rate
 from .recording import Recording
 
 # instruments and regressor nearly unrelated (cond of their normalised cross product above this):
@@ -65,13 +65,17 @@ class TransmissionEstimate:
 
 def identify_transmission(recording: Recording, link_torque: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
                           config: FilterConfig = FilterConfig()) -> TransmissionEstimate:
-    """Each joint's stiffness and damping from ``recording`` (its ``motor_q`` required, time
-    stamps uniform) given ``link_torque(q, dq, ddq) -> (M, n)`` N m, the link side's torque at
+    """Each joint's stiffness and damping from ``recording`` (its ``motor_q`` required; jittered
+    stamps are resampled onto a uniform grid, lost samples refused) given ``link_torque(q, dq, ddq) -> (M, n)`` N m, the link side's torque at
     the filtered states (M, n). Raises DataError without motor-side positions, with too few
     samples."""
     if recording.motor_q is None:
         raise DataError("the recording has no motor-side positions (motor_q): the transmission needs both encoders")
-    rate = uniform_sample_rate(recording.time)
+    try:
+        rate = uniform_sample_rate(recording.time)
+    except DataError:  # a driver's jittered stamps: onto a uniform grid (refused across lost samples)
+        recording = resample_uniform(recording)
+        rate = uniform_sample_rate(recording.time)
     trim = int(round(config.trim_s * rate))
     keep = np.arange(trim, recording.n_samples - trim, config.decimation)
     if keep.size < 50:
