@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     recorded.add_argument("--topic", default="/joint_states", help="JointState topic in the bags (default /joint_states)")
     recorded.add_argument("--stamps", choices=STAMPS, default="header",
                           help="header: the messages' header stamps (default); receive: when the recorder got them")
+    recorded.add_argument("--motor-topic", metavar="TOPIC",
+                          help="JointState topic of the motor-side encoders in the bags (positions in joint units, "
+                               "stamped like the joint states): identifies the transmissions and gives the residual "
+                               "model the deflection")
     recorded.add_argument("--validation-fraction", type=float, default=0.2,
                           help="share of the recording, at its end, held out to validate the model (default 0.2; "
                                "0 uses everything)")
@@ -203,7 +207,7 @@ def _check_recording_options(args: argparse.Namespace) -> None:
                              "a share of the recording or recordings of its own)")
     else:
         given = [f"--{name.replace('_', '-')}" for name in ("topic", "stamps", "validation_fraction", "effort_gains",
-                                                            "validation_recording")
+                                                            "validation_recording", "motor_topic")
                  if getattr(args, name) != parser.get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)} only apply with --recording")
@@ -212,7 +216,8 @@ def _check_recording_options(args: argparse.Namespace) -> None:
 def _recorded_data(args: argparse.Namespace, robot):
     """(identification, validation or None) from the --recording files, the validation the last
     --validation-fraction of the samples."""
-    loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
+    loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps,
+                             motor_topic=args.motor_topic)
     recording = _with_effort_gains(args, robot, loaded.recording)
     summary = loaded.summary()
     if args.stamps == "header":  # receive stamps have no holes to count: a late message is not a lost one
@@ -227,7 +232,8 @@ def _recorded_data(args: argparse.Namespace, robot):
             f"{j} {g:.4f}" for j, g in zip(robot.joint_names,
                                            EffortGains.load(args.effort_gains).for_joints(robot.joint_names))))
     if args.validation_recording:
-        held = read_recordings(args.validation_recording, robot.joint_names, topic=args.topic, stamps=args.stamps)
+        held = read_recordings(args.validation_recording, robot.joint_names, topic=args.topic, stamps=args.stamps,
+                               motor_topic=args.motor_topic)
         print(f"Validation: {', '.join(str(p) for p in held.files)}: {held.summary()}")
         return recording, _with_effort_gains(args, robot, held.recording)
     if args.validation_fraction > 0:

@@ -211,6 +211,43 @@ def test_csv_with_motor_side_positions(arm, tmp_path):
         rf.concatenate([double, recording])
 
 
+def test_bag_with_a_motor_side_topic(arm, tmp_path):
+    robot, recording = arm
+    motor = recording.q - 1e-3 * np.tanh(recording.tau)
+    double = Recording(recording.time, recording.q, recording.dq, recording.tau, recording.joint_names, motor_q=motor)
+    rf.write_rosbag(tmp_path / "bag", double, start_ns=EPOCH_NS, motor_topic="/motor_states")
+    back = rf.read_rosbag(tmp_path / "bag", robot.joint_names, motor_topic="/motor_states").recording
+    np.testing.assert_array_equal(back.motor_q, motor)
+    assert rf.read_rosbag(tmp_path / "bag", robot.joint_names).recording.motor_q is None
+    with pytest.raises(DataError, match="has no topic /motors"):
+        rf.read_rosbag(tmp_path / "bag", robot.joint_names, motor_topic="/motors")
+    with pytest.raises(DataError, match="--stamps header"):
+        rf.read_rosbag(tmp_path / "bag", robot.joint_names, stamps="receive", motor_topic="/motor_states")
+    # by hand: a motor-side message missing, one without joint b, one stamped apart
+    types = TYPES.types
+    header, stamp_type = types["std_msgs/msg/Header"], types["builtin_interfaces/msg/Time"]
+    with Writer(tmp_path / "hand", version=9) as writer:
+        states = writer.add_connection("/joint_states", JOINT_STATE, typestore=TYPES)
+        motors = writer.add_connection("/motor_states", JOINT_STATE, typestore=TYPES)
+        for k in range(6):
+            stamp = EPOCH_NS + k * 1_000_000
+            stamped = header(stamp=stamp_type(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="")
+            msg = types[JOINT_STATE](header=stamped, name=["a", "b"], position=np.array([0.1 * k, 0.2]),
+                                     velocity=np.ones(2), effort=np.ones(2))
+            writer.write(states, stamp, TYPES.serialize_cdr(msg, JOINT_STATE))
+            if k == 2:
+                continue
+            names = ["a"] if k == 3 else ["b", "a"]
+            off = 500 if k == 4 else 0
+            stamped = header(stamp=stamp_type(sec=stamp // 10**9, nanosec=stamp % 10**9 + off), frame_id="")
+            msg = types[JOINT_STATE](header=stamped, name=names, position=np.array([0.19, 0.1 * k - 0.01][-len(names):]),
+                                     velocity=np.zeros(0), effort=np.zeros(0))
+            writer.write(motors, stamp + off, TYPES.serialize_cdr(msg, JOINT_STATE))
+    hand = rf.read_rosbag(tmp_path / "hand", ("a", "b"), motor_topic="/motor_states")
+    np.testing.assert_allclose(hand.recording.motor_q, [[-0.01, 0.19], [0.09, 0.19], [0.49, 0.19]])
+    assert hand.dropped == {"without a motor-side sample of the same stamp": 2, "with NaN or infinite values": 1}
+
+
 def test_files_are_separate_stretches_never_filtered_across_the_seam(arm):
     robot, recording = arm
     first, second = recording.rows(slice(0, 500)), recording.rows(slice(500, None))

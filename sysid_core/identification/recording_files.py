@@ -183,31 +183,35 @@ def _typestore():
     return get_typestore(Stores.ROS2_JAZZY)
 
 
-def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: str = "header") -> LoadedRecording:
+def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: str = "header",
+                motor_topic: str | None = None) -> LoadedRecording:
     """The JointState messages on ``topic`` of a rosbag2 bag (a bag directory, or its .mcap
     or .db3 file), screened (JointStateLog) into a Recording of ``joint_names``.
 
     ``stamps``: "header" uses each message's header stamp (when the driver sampled it;
     messages stamped 0 are dropped and counted), "receive" the time the recorder received
-    it. DataError for an unreadable bag, a missing topic, another message type.
+    it. ``motor_topic``: a second JointState topic whose positions are the motor-side encoders'
+    (in joint units), each message stamped like the joint state it belongs to (header stamps
+    only: a driver publishes both from one reading); a joint state without a motor-side
+    message of its stamp carrying every wanted joint is dropped and counted. DataError for an
+    unreadable bag, a missing topic, another message type.
     """
     from rosbags.rosbag2 import Reader
 
     if stamps not in STAMPS:
         raise ValueError(f"stamps must be one of {STAMPS}, got '{stamps}'")
+    if motor_topic is not None and stamps != "header":
+        raise DataError("a motor-side topic is matched to the joint states by header stamp: use --stamps header")
     path = Path(path)
-    log = JointStateLog(joint_names)
+    log = JointStateLog(joint_names, motor=motor_topic is not None)
     try:
         with Reader(path) as reader:
-            connections = [c for c in reader.connections if c.topic == topic]
-            if not connections:
-                topics = sorted({f"{c.topic} ({c.msgtype})" for c in reader.connections})
-                raise DataError(f"bag {path} has no topic {topic}; its topics: {', '.join(topics) or 'none'}")
-            types = sorted({c.msgtype for c in connections})
-            if types != [JOINT_STATE]:
-                raise DataError(f"topic {topic} in {path} carries {', '.join(types)}, not {JOINT_STATE}")
             deserialize = _typestore().deserialize_cdr
-            for _, received_ns, raw in reader.messages(connections=connections):
+            motor = None
+            if motor_topic is not None:
+                motor = _motor_positions(reader, _connections(reader, path, motor_topic), deserialize,
+                                         log.joint_names)
+            for _, received_ns, raw in reader.messages(connections=_connections(reader, path, topic)):
                 msg = deserialize(raw, JOINT_STATE)
                 if stamps == "header":
                     stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
@@ -216,7 +220,17 @@ def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: st
                         continue
                 else:
                     stamp = received_ns
-                log.add(stamp, msg.name, msg.position, msg.velocity, msg.effort)
+                if motor is None:
+                    log.add(stamp, msg.name, msg.position, msg.velocity, msg.effort)
+                    continue
+                stamps_ns, names, positions = motor
+                at = int(np.searchsorted(stamps_ns, stamp))
+                if at == stamps_ns.size or stamps_ns[at] != stamp:
+                    log.reject("without a motor-side sample of the same stamp")
+                    continue
+                by_name = dict(zip(names, positions[at]))
+                log.add(stamp, msg.name, msg.position, msg.velocity, msg.effort,
+                        [by_name.get(name, math.nan) for name in msg.name])
     except DataError:
         raise
     except Exception as err:  # rosbags raises its own, OSError, ValueError, KeyError for a broken bag
@@ -225,10 +239,40 @@ def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: st
                            (log.origin,))
 
 
+def _connections(reader, path: Path, topic: str) -> list:
+    """The bag's connections of ``topic``; DataError when there are none or they are no JointState."""
+    connections = [c for c in reader.connections if c.topic == topic]
+    if not connections:
+        topics = sorted({f"{c.topic} ({c.msgtype})" for c in reader.connections})
+        raise DataError(f"bag {path} has no topic {topic}; its topics: {', '.join(topics) or 'none'}")
+    types = sorted({c.msgtype for c in connections})
+    if types != [JOINT_STATE]:
+        raise DataError(f"topic {topic} in {path} carries {', '.join(types)}, not {JOINT_STATE}")
+    return connections
+
+
+def _motor_positions(reader, connections, deserialize, joint_names) -> tuple:
+    """(stamps (M,) int64 ns, sorted; joint names (m,); positions (M, m) rad) of the motor-side
+    messages, in the joint order of the first one; a message naming other joints counts as
+    missing (NaN). Kept as arrays: an hour at 1 kHz is 3.6 million rows."""
+    stamps, rows, names = [], [], None
+    for _, _, raw in reader.messages(connections=connections):
+        msg = deserialize(raw, JOINT_STATE)
+        if names is None:
+            names = tuple(joint_names) if joint_names is not None else tuple(msg.name)
+        position = dict(zip(msg.name, msg.position)) if len(msg.position) == len(msg.name) else {}
+        stamps.append(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+        rows.append([position.get(name, math.nan) for name in names])
+    stamps_ns = np.asarray(stamps, dtype=np.int64)
+    order = np.argsort(stamps_ns, kind="stable")
+    return stamps_ns[order], names or (), np.asarray(rows, dtype=float).reshape(len(stamps), -1)[order]
+
+
 def write_rosbag(path, recording: Recording, topic: str = "/joint_states", storage: str = "mcap",
-                 start_ns: int | None = None) -> Path:
+                 start_ns: int | None = None, motor_topic: str = "motor_states") -> Path:
     """Write ``recording`` as a rosbag2 bag directory ``path`` (which must not exist) of
-    sensor_msgs/JointState messages on ``topic``, ``storage`` "mcap" or "sqlite3".
+    sensor_msgs/JointState messages on ``topic``, ``storage`` "mcap" or "sqlite3"; a recording
+    with motor-side positions also gets them on ``motor_topic``, position only, same stamps.
 
     Header stamps (and receive times) are ``start_ns`` + time; by default the recording's
     own times when they are wall-clock stamps (after 2001), else the current time.
@@ -252,11 +296,17 @@ def write_rosbag(path, recording: Recording, topic: str = "/joint_states", stora
     q, dq, tau = (np.asarray(a, dtype=float) for a in (recording.q, recording.dq, recording.tau))
     with Writer(path, version=9, storage_plugin=plugins[storage]) as writer:
         connection = writer.add_connection(topic, JOINT_STATE, typestore=typestore)
+        motor = None
+        if recording.motor_q is not None:
+            motor = writer.add_connection(motor_topic, JOINT_STATE, typestore=typestore)
+            motor_q, empty = np.asarray(recording.motor_q, dtype=float), np.zeros(0)
         for k, stamp in enumerate(stamps.tolist()):
-            msg = joint_state(header=header(stamp=stamp_type(sec=stamp // 1_000_000_000, nanosec=stamp % 1_000_000_000),
-                                            frame_id=""),
-                              name=names, position=q[k], velocity=dq[k], effort=tau[k])
+            stamped = header(stamp=stamp_type(sec=stamp // 1_000_000_000, nanosec=stamp % 1_000_000_000), frame_id="")
+            msg = joint_state(header=stamped, name=names, position=q[k], velocity=dq[k], effort=tau[k])
             writer.write(connection, stamp, typestore.serialize_cdr(msg, JOINT_STATE))
+            if motor is not None:
+                msg = joint_state(header=stamped, name=names, position=motor_q[k], velocity=empty, effort=empty)
+                writer.write(motor, stamp, typestore.serialize_cdr(msg, JOINT_STATE))
     return path
 
 
@@ -355,15 +405,18 @@ def concatenate(recordings) -> tuple[Recording, tuple]:
                      motor_q=join("motor_q") if all(motor) else None), tuple(starts)
 
 
-def read_recordings(paths, joint_names, topic: str = "/joint_states", stamps: str = "header") -> LoadedRecording:
+def read_recordings(paths, joint_names, topic: str = "/joint_states", stamps: str = "header",
+                    motor_topic: str | None = None) -> LoadedRecording:
     """Bags and CSV files (by name: a .csv file is a CSV, anything else a bag) as one
-    LoadedRecording of ``joint_names``, each file a stretch of its own (concatenate)."""
+    LoadedRecording of ``joint_names``, each file a stretch of its own (concatenate); bags with
+    their motor-side positions from ``motor_topic`` when given (CSV files carry theirs as
+    columns)."""
     loaded = []
     for path in (Path(p) for p in paths):
         if not path.exists():
             raise DataError(f"recording not found: {path}")
         loaded.append(read_csv(path, joint_names) if path.suffix.lower() == ".csv"
-                      else read_rosbag(path, joint_names, topic, stamps))
+                      else read_rosbag(path, joint_names, topic, stamps, motor_topic))
     recording, starts = concatenate([item.recording for item in loaded])
     dropped: dict = {}
     for item in loaded:
