@@ -41,6 +41,7 @@ from .dynamics.joint_physics import MujocoPhysics
 from .dynamics.model import load_robot
 from .errors import DataError, IdentificationError, SysidError, TrackingError
 from .excitation.criteria import CRITERIA
+from .excitation.friction_sweep import friction_sweep
 from .excitation.design import TORQUE_USAGE, optimize_excitation, slow_to_torque_limits
 from .excitation.multistart import search_workers
 from .excitation.multisine import multisine
@@ -48,6 +49,7 @@ from .excitation.trajectory import load_trajectory, resample, sample_rate as tra
 from .identification.actuator import (COM_NEEDED, CommandLog, EffortGains, KnownPayload, apply_effort_gains,
                                       calibrate_effort_gains, estimate_delay, mit_loop_correction)
 from .identification.filtering import FilterConfig, prepare
+from .identification.friction_curve import fit_friction_curves, friction_points
 from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
                                       on_hardware, predict_torque)
 from .identification.memory import FIXED_BYTES as _FIXED_BYTES, available_memory, memory_needed
@@ -56,6 +58,7 @@ from .identification.recording_files import STAMPS, read_recordings
 from .identification.residual import compensate
 from .identification.screening import lost_sample_notes, missing_in_stretches
 from .identification.transmission import identify_transmission, rigid_link_torque
+from .results.friction_report import format_friction, write_friction_sweep
 from .results.export import add_transmission, params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
@@ -100,10 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="friction law: coulomb_viscous (default), asymmetric, tanh, stribeck, stribeck_tanh "
                              "or high_low_speed for every joint, or a comma list with one per joint")
     parser.add_argument("--max-velocity", type=float, default=2.0, help="excitation speed cap, rad/s (default 2)")
-    parser.add_argument("--excitation", choices=("multisine", "optimized"),
+    parser.add_argument("--excitation", choices=("multisine", "optimized", "friction-sweep"),
                         help="multisine (default): random sinusoids; optimized: Fourier series at rest at both ends "
                              "that tells the most about the parameters of --scope, within the joint, torque and "
-                             "collision limits")
+                             "collision limits; friction-sweep: each joint alone at a ladder of constant speeds up "
+                             "to --max-velocity, both directions, and every friction law fitted to the measured "
+                             "curve (friction_sweep.json, friction_sweep.png; no rigid-body identification)")
     parser.add_argument("--excitation-criterion", choices=CRITERIA,
                         help="what the optimized excitation maximises: payload (the terminal body's parameters; the "
                              "terminal scope's default), d_optimal (all base parameters; the full scope's default), "
@@ -364,7 +369,7 @@ def check_replayed_trajectory(plan, robot, path: Path) -> None:
 # --- outputs ----------------------------------------------------------------------------------
 
 OUTPUTS = ("params.json", "updated_model.xml", "updated_model.urdf", "damiao_trajectory.csv", "torque_fit.png", "residuals.png",
-           "parameters.png", "residual_model.json")
+           "parameters.png", "residual_model.json", "friction_sweep.json", "friction_sweep.png")
 """Every file a run may write into --output-dir."""
 
 
@@ -531,6 +536,8 @@ def run(args: argparse.Namespace) -> int:
     if args.recording:
         return _identify_recording(args, robot, truth, config, started)
 
+    if args.excitation == "friction-sweep":
+        return _friction_sweep(args, robot, plant, started)
     plan = _excitation(args, robot, config)
     check_plan = _multisine(args, robot, max(5.0, args.duration / 3), args.seed + 1000)
 
@@ -572,6 +579,40 @@ def run(args: argparse.Namespace) -> int:
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
     print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
     return status
+
+
+def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> int:
+    """--excitation friction-sweep: the sweep simulated on the plant, its friction curves
+    measured and every law fitted; friction_sweep.json and .png. 0, or 2 for options that do
+    not apply."""
+    given = [f"--{name.replace('_', '-')}" for name in ("duration", "trajectory", "export_damiao", "residual")
+             if getattr(args, name) != build_parser().get_default(name)]
+    if given:
+        raise SysidError(f"{', '.join(given)}: not with --excitation friction-sweep (its length follows from its "
+                         "speeds, and it identifies friction only)")
+    start = np.clip(np.zeros(robot.n_joints), *robot.joint_range.T)
+    sweep = friction_sweep(start, robot.joint_range, args.sample_rate, max_velocity=args.max_velocity)
+    print(f"Friction sweep: {len(sweep.segments)} cruises of {robot.n_joints} joints up to {args.max_velocity:g} rad/s, "
+          f"{sweep.trajectory.time[-1]:.1f} s at {args.sample_rate:g} Hz")
+    if args.save_trajectory is not None:
+        save_trajectory(args.save_trajectory, sweep.trajectory, robot.joint_names)
+        print(f"Sweep saved to {args.save_trajectory}")
+    if args.source == "ideal":
+        recording = ideal_recording(plant.model, sweep.trajectory, plant.joint_names)
+    else:
+        default = MeasurementNoise()
+        noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
+                                 tau_std=default.tau_std * args.noise_scale)
+        recording = simulate(plant.model, sweep.trajectory, nominal=robot.model, noise=noise, seed=args.seed,
+                             joint_names=plant.joint_names, progress=_progress("friction sweep")).recording
+    points = friction_points(recording, sweep.segments)
+    curves = [fit_friction_curves(p) for p in points]
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(args.output_dir)
+    write_friction_sweep(args.output_dir, points, curves, plots=not args.no_plots)
+    print(format_friction(points, curves))
+    print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
+    return 0
 
 
 def _identify_and_write(args: argparse.Namespace, robot, truth, config, recording, validation, source: str):

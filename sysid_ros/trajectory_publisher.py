@@ -47,7 +47,10 @@ search takes up to ``excitation_time_limit`` s when the model is loaded); ``file
 ``trajectory_file``, a .json or .csv written by ``sysid-identify --save-trajectory`` or
 ``save_trajectory``: resampled to ``rate_hz`` when its duration is a whole number of periods
 there, refused when not, when its joints differ from the model's, when it leaves the joint
-range or exceeds ``max_velocity``). ``duration`` applies to the first two.
+range or exceeds ``max_velocity``); ``friction-sweep`` (each joint alone at a ladder of constant
+speeds up to ``max_velocity``, both directions, the others held: ``sysid_core.excitation.
+friction_sweep``; record it and ``sysid-identify --excitation friction-sweep`` shows what it
+measures on the simulated arm). ``duration`` applies to the first two.
 
 ``sysid/progress``: Float32, 0..1 of the profile, on every whole percent.
 ``sysid/done``: Bool, transient local; False when a run starts or is stopped, True once the
@@ -69,6 +72,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
+from sysid_core.excitation.friction_sweep import friction_sweep
 from sysid_core.excitation.multisine import excitation_with_approach_and_rest, multisine
 from sysid_core.excitation.preview import knots
 from sysid_core.excitation.trajectory import load_trajectory, resample
@@ -76,7 +80,7 @@ from sysid_core.simulation import mit_torque
 from sysid_ros.entry_point import spin_node
 from sysid_ros.robot_description import RobotDescription
 
-EXCITATIONS = ('multisine', 'optimized', 'file')
+EXCITATIONS = ('multisine', 'optimized', 'file', 'friction-sweep')
 OUTPUTS = ('joint_command', 'joint_trajectory', 'forward_position', 'forward_effort')
 # ros2_control outputs: the controller names of the ros2_control demos
 DEFAULT_CONTROLLERS = {'joint_trajectory': 'joint_trajectory_controller',
@@ -256,6 +260,9 @@ class TrajectoryPublisher(Node):
             if not design.limits_met:
                 raise ValueError('the optimized excitation does not meet the joint limits')
             return design.trajectory
+        if kind == 'friction-sweep':
+            start = np.clip(np.zeros(robot.n_joints), *robot.joint_range.T)
+            return friction_sweep(start, robot.joint_range, self._rate, max_velocity=self._max_velocity).trajectory
         if kind == 'file':
             path = self.get_parameter('trajectory_file').value
             if not path:

@@ -582,6 +582,19 @@ def test_publisher_plays_a_file_resampled_to_its_rate(ros_context, openarm_file)
         node.destroy_node()
 
 
+def test_publisher_plays_a_friction_sweep(ros_context):
+    node = _publisher(ros_context, excitation="friction-sweep", rate_hz=250.0, max_velocity=0.5)
+    try:
+        assert node.error is None
+        # every joint moves on its own, up to max_velocity and back to rest
+        moving = np.abs(node.plan.dq) > 1e-9
+        assert np.all(moving.sum(axis=1) <= 1) and set(np.flatnonzero(moving.any(axis=0))) == set(range(7))
+        assert np.max(np.abs(node.plan.dq)) == pytest.approx(0.5)
+        assert np.allclose(node.plan.dq[[0, -1]], 0)
+    finally:
+        node.destroy_node()
+
+
 @pytest.mark.parametrize("params, pattern", [
     (dict(rate_hz=333.3), "cannot be played at rate_hz 333.3"),
     (dict(max_velocity=0.01), "above max_velocity"),
