@@ -90,6 +90,17 @@ def log_of(caplog):
     return capture
 
 
+def inverse_dynamics_mujoco(model: mujoco.MjModel, q, dq, ddq) -> np.ndarray:
+    """Joint torques (N, n) from mj_inverse, sample by sample: an oracle independent of the regressor."""
+    data = mujoco.MjData(model)
+    out = np.empty_like(q)
+    for i in range(q.shape[0]):
+        data.qpos[:], data.qvel[:], data.qacc[:] = q[i], dq[i], ddq[i]
+        mujoco.mj_inverse(model, data)
+        out[i] = data.qfrc_inverse
+    return out
+
+
 def gravity_mujoco(model: mujoco.MjModel, q: np.ndarray) -> np.ndarray:
     """g(q) (N, n) from MuJoCo's RNE at rest: an oracle independent of the regressor."""
     data = mujoco.MjData(model)

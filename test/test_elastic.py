@@ -6,7 +6,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from conftest import ROBOTS
+from conftest import ROBOTS, inverse_dynamics_mujoco
 from sysid_core.cli import main
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError
@@ -34,16 +34,7 @@ def _rigid_links(path) -> mujoco.MjModel:
 
 def _link_torque(path):
     model = _rigid_links(path)
-    data = mujoco.MjData(model)
-
-    def torque(q, dq, ddq):
-        out = np.empty_like(q)
-        for i in range(q.shape[0]):
-            data.qpos[:], data.qvel[:], data.qacc[:] = q[i], dq[i], ddq[i]
-            mujoco.mj_inverse(model, data)
-            out[i] = data.qfrc_inverse
-        return out
-    return torque
+    return lambda q, dq, ddq: inverse_dynamics_mujoco(model, q, dq, ddq)
 
 
 @pytest.mark.parametrize("path", [OPENARM, REAL_ARMS / "ur5e.xml"], ids=lambda p: p.stem)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import MODELS, ROBOTS
+from conftest import MODELS, ROBOTS, inverse_dynamics_mujoco
 from sysid_core.cli import main
 from sysid_core.errors import DataError
 from sysid_core.excitation.multisine import multisine
@@ -49,17 +49,6 @@ def design(planar):
     return optimize_excitation(planar, 6.0, 500.0, config=FULL, criterion="condition", base_frequency=1 / 3,
                                n_harmonics=5, seed=3, max_velocity=2.5, max_acceleration=12.0,
                                torque_limits=[25.0, 8.0], time_limit_s=6.0, max_restarts=2, max_iterations=40)
-
-
-def _inverse_dynamics_mujoco(model, q, dq, ddq):
-    """Joint torques (N, n) from mj_inverse, sample by sample: the independent oracle."""
-    data = mujoco.MjData(model)
-    out = np.empty_like(q)
-    for i in range(q.shape[0]):
-        data.qpos[:], data.qvel[:], data.qacc[:] = q[i], dq[i], ddq[i]
-        mujoco.mj_inverse(model, data)
-        out[i] = data.qfrc_inverse
-    return out
 
 
 # --- the Fourier series ---------------------------------------------------------------------
@@ -103,7 +92,7 @@ def test_limits_respected_on_every_sample(design, planar):
     margin = 0.05
     assert np.all(traj.q >= planar.joint_range[:, 0] + margin) and np.all(traj.q <= planar.joint_range[:, 1] - margin)
     assert np.abs(traj.dq).max() <= 2.5 and np.abs(traj.ddq).max() <= 12.0
-    torque = _inverse_dynamics_mujoco(planar.model, traj.q, traj.dq, traj.ddq)
+    torque = inverse_dynamics_mujoco(planar.model, traj.q, traj.dq, traj.ddq)
     assert np.all(np.abs(torque).max(axis=0) <= TORQUE_SHARE * np.array([25.0, 8.0]))
     # the limits are used, not avoided: the search pushes the motion against some of them
     assert max(float(np.max(u)) for u in design.limit_usage.values()) > 0.9
