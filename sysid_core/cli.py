@@ -247,7 +247,9 @@ def _recorded_data(args: argparse.Namespace, robot):
 
 
 def _with_effort_gains(args: argparse.Namespace, robot, recording):
-    return recording if args.effort_gains is None else apply_effort_gains(recording, EffortGains.load(args.effort_gains))
+    if args.effort_gains is None:
+        return recording
+    return apply_effort_gains(recording, EffortGains.load(args.effort_gains))
 
 
 def _write_model_files(args: argparse.Namespace, robot, result) -> int:
@@ -592,8 +594,8 @@ def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> i
                          "speeds, and it identifies friction only)")
     start = np.clip(np.zeros(robot.n_joints), *robot.joint_range.T)
     sweep = friction_sweep(start, robot.joint_range, args.sample_rate, max_velocity=args.max_velocity)
-    print(f"Friction sweep: {len(sweep.segments)} cruises of {robot.n_joints} joints up to {args.max_velocity:g} rad/s, "
-          f"{sweep.trajectory.time[-1]:.1f} s at {args.sample_rate:g} Hz")
+    print(f"Friction sweep: {len(sweep.segments)} cruises of {robot.n_joints} joints up to "
+          f"{args.max_velocity:g} rad/s, {sweep.trajectory.time[-1]:.1f} s at {args.sample_rate:g} Hz")
     if args.save_trajectory is not None:
         save_trajectory(args.save_trajectory, sweep.trajectory, robot.joint_names)
         print(f"Sweep saved to {args.save_trajectory}")

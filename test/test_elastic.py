@@ -176,5 +176,6 @@ def test_validation_options_exclude_each_other(tmp_path, capsys):
     status = main([str(OPENARM), "--recording", str(tmp_path / "a.csv"), "--validation-recording",
                    str(tmp_path / "b.csv"), "--validation-fraction", "0.3", "--output-dir", str(tmp_path / "o")])
     assert status == 2 and "give one" in capsys.readouterr().err
-    status = main([str(OPENARM), "--validation-recording", str(tmp_path / "b.csv"), "--output-dir", str(tmp_path / "o")])
+    status = main([str(OPENARM), "--validation-recording", str(tmp_path / "b.csv"),
+                   "--output-dir", str(tmp_path / "o")])
     assert status == 2 and "--validation-recording only apply with --recording" in capsys.readouterr().err

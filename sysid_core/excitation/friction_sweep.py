@@ -135,7 +135,8 @@ def friction_sweep(q_start, joint_range, sample_rate: float, joints=None, min_ve
                    max_velocity: float = 1.0, speeds: int = 8, max_acceleration: float = 2.0, span: float = 1.0,
                    cruise_s: float = 2.0, margin: float = 0.1) -> FrictionSweep:
     """The sweep of ``joints`` (indices, default all) from ``q_start`` (n,) rad at rest, held
-    at ``q_start`` brought ``margin`` inside every limit and back there at the end, for an arm with ``joint_range`` (n, 2) rad, sampled at ``sample_rate`` Hz.
+    at ``q_start`` brought ``margin`` inside every limit and back there at the end, for an arm
+    with ``joint_range`` (n, 2) rad, sampled at ``sample_rate`` Hz.
     Velocities rad/s, ``max_acceleration`` rad/s^2, ``span`` rad (longest stroke), ``cruise_s``
     s (longest cruise), ``margin`` rad (kept from each limit). A speed whose ramps do not fit
     the joint's stroke is left out for that joint. DataError when a joint has no room."""

@@ -58,7 +58,8 @@ class TransmissionEstimate:
             return float(x) if np.isfinite(x) else None
         return [{"joint": name, "transmission_stiffness": number(self.stiffness[j]),
                  "transmission_stiffness_std": number(self.stiffness_std[j]),
-                 "transmission_damping": number(self.damping[j]), "transmission_damping_std": number(self.damping_std[j]),
+                 "transmission_damping": number(self.damping[j]),
+                 "transmission_damping_std": number(self.damping_std[j]),
                  "deflection_offset": number(self.offset[j]), "transmission_rmse": number(self.rmse[j])}
                 for j, name in enumerate(self.joint_names)]
 
@@ -66,9 +67,10 @@ class TransmissionEstimate:
 def identify_transmission(recording: Recording, link_torque: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
                           config: FilterConfig = FilterConfig()) -> TransmissionEstimate:
     """Each joint's stiffness and damping from ``recording`` (its ``motor_q`` required; jittered
-    stamps are resampled onto a uniform grid, lost samples refused) given ``link_torque(q, dq, ddq) -> (M, n)`` N m, the link side's torque at
-    the filtered states (M, n). Raises DataError without motor-side positions, with too few
-    samples."""
+    stamps are resampled onto a uniform grid, lost samples refused) given
+    ``link_torque(q, dq, ddq) -> (M, n)`` N m, the link side's torque at the filtered states
+    (M, n). The whole recording is filtered at once: memory grows as a few copies of it.
+    Raises DataError without motor-side positions or with too few samples."""
     if recording.motor_q is None:
         raise DataError("the recording has no motor-side positions (motor_q): the transmission needs both encoders")
     try:
