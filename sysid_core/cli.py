@@ -223,7 +223,7 @@ def _recorded_data(args: argparse.Namespace, robot):
     --validation-fraction of the samples."""
     loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps,
                              motor_topic=args.motor_topic)
-    recording = _with_effort_gains(args, robot, loaded.recording)
+    recording = _with_effort_gains(args, loaded.recording)
     summary = loaded.summary()
     if args.stamps == "header":  # receive stamps have no holes to count: a late message is not a lost one
         # samples lost before they were recorded (holes in the stamps of each file): the verdict says so
@@ -240,13 +240,13 @@ def _recorded_data(args: argparse.Namespace, robot):
         held = read_recordings(args.validation_recording, robot.joint_names, topic=args.topic, stamps=args.stamps,
                                motor_topic=args.motor_topic)
         print(f"Validation: {', '.join(str(p) for p in held.files)}: {held.summary()}")
-        return recording, _with_effort_gains(args, robot, held.recording)
+        return recording, _with_effort_gains(args, held.recording)
     if args.validation_fraction > 0:
         return recording.split(args.validation_fraction)
     return recording, None
 
 
-def _with_effort_gains(args: argparse.Namespace, robot, recording):
+def _with_effort_gains(args: argparse.Namespace, recording):
     if args.effort_gains is None:
         return recording
     return apply_effort_gains(recording, EffortGains.load(args.effort_gains))
