@@ -635,7 +635,11 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
             print(f"warning: transmission not identified: {err}", file=sys.stderr)
     if args.residual == "gmm":
         print("Fitting the residual model (GMM per joint)")
-        residual, document["residual"] = compensate(robot, result, recording, validation, seed=args.seed)
+        try:
+            residual, document["residual"] = compensate(robot, result, recording, validation, seed=args.seed)
+        except DataError as err:  # the rigid-body result stands without it
+            document["residual"] = {"kind": "gmm", "error": str(err)}
+            print(f"warning: no residual model: {err}", file=sys.stderr)
     write_params_json(args.output_dir / "params.json", document)
     if residual is not None:
         (args.output_dir / "residual_model.json").write_text(json.dumps(residual.as_dict(), indent=1) + "\n")

@@ -77,6 +77,7 @@ from sysid_core.identification.live_recording import (EFFORT_MODES, RECEIVE_STAM
                                                       SampleBuffer, joint_torque, saved_recording)
 from sysid_core.identification.recording import Recording
 from sysid_core.identification.recording_files import read_recordings, write_rosbag
+from sysid_core.identification.residual import compensate
 from sysid_core.identification.run_size import ROWS_PER_CUTOFF, TARGET_ROWS, automatic_decimation, check_memory
 from sysid_core.identification import screening
 from sysid_core.results.export import params_document, write_params_json
@@ -167,12 +168,14 @@ PARAMETERS = {
                             "instead of joint_states; set at start-up, hence read-only"),
     "payload_frame": ("", "frame of sysid/payload and params.json's payload block: the terminal body (empty) or a "
                           "link fixed to it, e.g. the flange frame a driver's set_payload expects"),
+    "residual": ("none", "gmm: after the fit, learn per joint the torque it leaves unexplained (Gaussian mixture "
+                         "over q, dq) and write residual_model.json next to params.json; none: no residual model"),
 }
 
 
 def check_parameter(name: str, value) -> str | None:
     """Why ``value`` is not acceptable for parameter ``name``, or None when it is."""
-    choices = {"scope": SCOPES, "estimator": ESTIMATORS, "effort_mode": EFFORT_MODES}
+    choices = {"scope": SCOPES, "estimator": ESTIMATORS, "effort_mode": EFFORT_MODES, "residual": ("none", "gmm")}
     if name in choices and value not in choices[name]:
         return f"{name} must be one of {list(choices[name])}, got '{value}'"
     if name == "friction_terms":
@@ -698,9 +701,19 @@ class Identifier(Node):
         frame = self._param("payload_frame") or None
         document = params_document(result, robot, source=self._param("recording") or "ros", truth=truth,
                                    payload_frame=frame)
+        residual = None
+        if self._param("residual") == "gmm":
+            try:
+                residual, document["residual"] = compensate(robot, result, identification, validation,
+                                                            seed=self._param("seed"))
+            except DataError as err:  # the rigid-body result stands without it
+                document["residual"] = {"kind": "gmm", "error": _one_line(err)}
+                self.get_logger().warning(f"no residual model: {_one_line(err)}")
         output.mkdir(parents=True, exist_ok=True)
         clear_previous_outputs(output)  # a stale model must not pass for this run's
         write_params_json(output / "params.json", document)
+        if residual is not None:
+            (output / "residual_model.json").write_text(json.dumps(residual.as_dict(), indent=1) + "\n")
         model_name = "updated_model.urdf" if robot.source_format == "urdf" else "updated_model.xml"
         model_path, model_error = None, None
         if not trusted:
@@ -750,6 +763,7 @@ class Identifier(Node):
             "condition_number": document["condition_number"],
             "effort_mode": self._param("effort_mode"),
             "params_json": str(output / "params.json"),
+            "residual_model": None if residual is None else str(output / "residual_model.json"),
             "updated_model": None if model_path is None else str(model_path),
             "payload": payload,
         }

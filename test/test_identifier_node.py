@@ -35,6 +35,7 @@ from sysid_core.excitation.trajectory import Trajectory
 from sysid_core.identification.identify import identify
 from sysid_core.identification.live_recording import gravity_torque
 from sysid_core.identification.recording import Recording
+from sysid_core.identification.residual import ResidualModel
 from sysid_core.identification.run_size import automatic_decimation
 from sysid_core.simulation import ideal_recording
 from sysid_ros.identifier import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, SETTLE_RUN_ON_S, Identifier
@@ -406,7 +407,8 @@ def test_invalid_parameters_are_rejected_with_a_reason(nodes):
                                 ("cutoff_hz", -1.0, "cutoff_hz"),
                                 ("decimation", -1, "decimation"),
                                 ("torque_constants", [0.1, float("nan")], "torque_constants"),
-                                ("buffer_capacity", 10, "read-only")]:
+                                ("buffer_capacity", 10, "read-only"),
+                                ("residual", "mlp", "residual must be one of")]:
         result = identifier.set_parameters([Parameter(name, value=value)])[0]
         assert not result.successful, name
         assert reason in result.reason, result.reason
@@ -496,6 +498,30 @@ def test_current_and_gravity_compensated_efforts_give_the_torque_result(data, ex
                                    rtol=1e-6, atol=1e-10)
         np.testing.assert_allclose([j["viscous_friction"] for j in doc["joints"]],
                                    [j["viscous_friction"] for j in reference["joints"]], rtol=1e-6, atol=1e-9)
+
+
+def test_residual_model_next_to_params_json(data, executor, nodes, tmp_path):
+    _, _, recording = data
+    client_node = nodes(plain_node, unique("residual_client"))
+    identifier = make_identifier(nodes, output_dir=str(tmp_path), residual="gmm", validation_fraction=0.25)
+    source = Messages(recording)
+    feed(identifier, (source.message(i) for i in range(recording.n_samples)))
+    response = call(executor, client_node, "/sysid/identify")
+    assert response.success, response.message
+    summary = json.loads(response.message)
+    assert summary["residual_model"] == str(tmp_path / "residual_model.json")
+    block = json.loads((tmp_path / "params.json").read_text())["residual"]
+    assert [j["joint"] for j in block["joints"]] == list(recording.joint_names) and not block["deflection"]
+    # every joint has its held-out and validation figures; the validation RMSE without the
+    # model is the fit's own
+    document = json.loads((tmp_path / "params.json").read_text())
+    for joint in block["joints"]:
+        assert joint["heldout_rmse"]["without"] > 0 and joint["validation_rmse"]["with"] > 0
+        assert joint["validation_rmse"]["without"] == pytest.approx(
+            document["validation_rmse_per_joint"][joint["joint"]], rel=0.05)
+    model = ResidualModel.from_dict(json.loads((tmp_path / "residual_model.json").read_text()))
+    assert model.joint_names == tuple(recording.joint_names)
+    nodes.destroy(identifier)
 
 
 # --------------------------------------------------------------------------- identify_on_done

@@ -74,6 +74,9 @@ def _reference(entry: dict, x: np.ndarray) -> np.ndarray:
         gain = np.linalg.lstsq(c[:d, :d], c[:d, d], rcond=None)[0]
         num += density * (m[d] + (z - m[:d]) @ gain)
         den += density
+    background = np.exp(entry["background"])  # predicts a residual of zero
+    num += background * (-mean[d] / scale[d])
+    den += background
     return mean[d] + scale[d] * num / den
 
 
@@ -97,6 +100,17 @@ def test_json_evaluated_by_an_independent_reference_equals_predict(tmp_path):
         assert np.allclose(predicted[:, j], reference, rtol=1e-9, atol=1e-9)
     with pytest.raises(DataError, match="deflection"):
         loaded.predict(qv, dqv)
+
+
+def test_far_from_its_data_the_model_corrects_nothing():
+    rng = np.random.default_rng(11)
+    q, dq = _motion(12)
+    model = fit_residual_model(JOINTS, q, dq, _unexplained(q, dq) + 0.03 * rng.standard_normal(q.shape))
+    inside = model.predict(q[:500], dq[:500])
+    assert np.all(np.abs(inside).max(axis=0) > 0.1)  # it does correct where it learnt
+    # poses 5 rad and speeds 5 rad/s beyond any it was trained on
+    far = model.predict(q[:500] + 5 + np.ptp(q), dq[:500] + 5 + np.ptp(dq))
+    assert np.all(np.abs(far) < 1e-6), np.abs(far).max()
 
 
 @pytest.mark.parametrize("change, message", [

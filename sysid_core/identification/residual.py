@@ -5,10 +5,11 @@ regression (GMR), the conditional mean of the residual given the inputs.
 A joint's inputs are its own state: position q (rad), velocity dq (rad/s) and, when the arm
 records a motor-side encoder, the transmission's deflection (q - motor position, rad). The
 mixture is fitted by scikit-learn's ``GaussianMixture`` (full covariances, EM) on inputs and
-residual normalised to zero mean and unit scale. The number of components is chosen on data
-held out from the training recording (every HOLDOUT_EVERY-th block of HOLDOUT_BLOCK samples),
-never on a validation recording; a joint whose held-out residual the best mixture does not
-lower by at least MIN_GAIN keeps no model (its prediction is zero) and says why.
+residual normalised to zero mean and unit scale. The number of components is chosen on the last
+HOLDOUT_FRACTION of the training recording, held out whole (a stretch of motion the fit has not
+seen, as a new recording is; blocks interleaved with the fitted ones would share its motion and
+flatter it), never on a validation recording; a joint whose held-out residual the best mixture
+does not lower by at least MIN_GAIN keeps no model (its prediction is zero) and says why.
 
 The fitted model is plain numbers (``ResidualModel.as_dict``, written as residual_model.json):
 per joint the input names, the normalisation (mean, scale of inputs and residual), and per
@@ -17,9 +18,16 @@ nothing but NumPy:
 
     z = (x - mean[:d]) / scale[:d]                          x: (N, d) inputs, d = len(inputs)
     for component k (weight w_k, mean m_k, covariance S_k, blocks xx = [:d, :d], yx = [d, :d]):
-        h_k(z) ~ w_k N(z; m_k[:d], S_k[xx])                 normalised over k
+        h_k(z) = w_k N(z; m_k[:d], S_k[xx])
         y_k(z) = m_k[d] + S_k[yx] S_k[xx]^-1 (z - m_k[:d])
-    residual (N m) = mean[d] + scale[d] * sum_k h_k(z) y_k(z)
+    and a background: h_0 = exp(background), y_0 = -mean[d] / scale[d] (a residual of zero)
+    residual (N m) = mean[d] + scale[d] * (h_0 y_0 + sum_k h_k y_k) / (h_0 + sum_k h_k)
+
+The background is what keeps the model from extrapolating: Gaussian mixture regression is
+linear far from its components, and an arm that moves where the training data never went (a
+new pose, a faster speed) would get a correction of any size. ``background`` is the log of the
+input density below which a correction fades to zero: a tenth of the density at the least
+covered BACKGROUND_QUANTILE of the training inputs.
 """
 from __future__ import annotations
 
@@ -30,14 +38,15 @@ import numpy as np
 from ..errors import DataError
 from .identify import fitted_torque
 
-# candidate numbers of components, each tried on the held-out blocks
+# candidate numbers of components, each tried on the held-out tail
 COMPONENTS = (1, 2, 4, 8, 12, 16)
-# held-out blocks for the choice of the number of components: every HOLDOUT_EVERY-th block of
-# HOLDOUT_BLOCK samples (contiguous, so a held-out sample's neighbours in time are held out too)
-HOLDOUT_BLOCK = 200
-HOLDOUT_EVERY = 4
+# the training recording's tail held out for the choice of the number of components
+HOLDOUT_FRACTION = 0.25
+MIN_HELDOUT = 200  # samples
 # a mixture is kept only if it lowers the held-out residual's RMS by at least this fraction
 MIN_GAIN = 0.02
+BACKGROUND_QUANTILE = 0.01
+BACKGROUND_FACTOR = 0.1
 # samples EM sees at most per fit (an even subsample): the mixture's cost stays flat in the data
 MAX_FIT_SAMPLES = 20_000
 # covariance regularisation in normalised units: a component may not collapse onto a line
@@ -51,7 +60,7 @@ class JointResidual:
     (d + 1,) the normalisation of [inputs, residual] (residual in N m); ``weights`` (K,),
     ``means`` (K, d + 1), ``covariances`` (K, d + 1, d + 1) in normalised units. ``applied``
     False: the joint keeps no model (``reason`` says why) and predicts zero. ``heldout_rmse``
-    (without, with) the model on the held-out blocks, N m."""
+    (without, with) the model on the held-out tail, N m."""
 
     joint: str
     inputs: tuple
@@ -63,6 +72,7 @@ class JointResidual:
     applied: bool = True
     reason: str = ""
     heldout_rmse: tuple = (float("nan"), float("nan"))
+    background: float = -np.inf
 
     @property
     def components(self) -> int:
@@ -77,13 +87,15 @@ class JointResidual:
         if not self.applied or self.components == 0:
             return np.zeros(x.shape[0])
         return self.mean[d] + self.scale[d] * conditional_mean(
-            self.weights, self.means, self.covariances, (x - self.mean[:d]) / self.scale[:d])
+            self.weights, self.means, self.covariances, (x - self.mean[:d]) / self.scale[:d],
+            self.background, -self.mean[d] / self.scale[d])
 
     def as_dict(self) -> dict:
         return {"joint": self.joint, "inputs": list(self.inputs), "applied": self.applied, "reason": self.reason,
                 "heldout_rmse": {"without": _finite(self.heldout_rmse[0]), "with": _finite(self.heldout_rmse[1])},
                 "mean": self.mean.tolist(), "scale": self.scale.tolist(), "weights": self.weights.tolist(),
-                "means": self.means.tolist(), "covariances": self.covariances.tolist()}
+                "means": self.means.tolist(), "covariances": self.covariances.tolist(),
+                "background": _finite(self.background)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "JointResidual":
@@ -99,7 +111,8 @@ class JointResidual:
             joint = cls(joint=str(data["joint"]), inputs=inputs, mean=mean.reshape(d + 1),
                         scale=scale.reshape(d + 1), weights=weights, means=means, covariances=covariances,
                         applied=bool(data.get("applied", True)), reason=str(data.get("reason", "")),
-                        heldout_rmse=(_number(held.get("without")), _number(held.get("with"))))
+                        heldout_rmse=(_number(held.get("without")), _number(held.get("with"))),
+                        background=-np.inf if data.get("background") is None else float(data["background"]))
         except (KeyError, TypeError, ValueError) as err:
             raise DataError(f"not a residual model joint entry: {err}") from None
         joint.check()
@@ -167,11 +180,28 @@ class ResidualModel:
         return cls(joints=tuple(JointResidual.from_dict(j) for j in data["joints"]))
 
 
-def conditional_mean(weights, means, covariances, z) -> np.ndarray:
+def conditional_mean(weights, means, covariances, z, background: float = -np.inf, zero: float = 0.0) -> np.ndarray:
     """GMR: the mixture's conditional mean of its last dimension given the others, (N,), at
     ``z`` (N, d), all in the mixture's units: weights (K,), means (K, d + 1), covariances
-    (K, d + 1, d + 1)."""
-    z = np.atleast_2d(z)
+    (K, d + 1, d + 1); a background of log density ``background`` predicting ``zero`` takes
+    over where the mixture's own input density falls below it."""
+    log_h, conditional = _components(weights, means, covariances, np.atleast_2d(z))
+    log_h = np.column_stack([log_h, np.full(log_h.shape[0], background)])
+    conditional = np.column_stack([conditional, np.full(conditional.shape[0], zero)])
+    top = log_h.max(axis=1, keepdims=True)
+    h = np.exp(log_h - top)
+    return np.sum(h * conditional, axis=1) / np.sum(h, axis=1)
+
+
+def input_log_density(weights, means, covariances, z) -> np.ndarray:
+    """log p(z) (N,) of the mixture's inputs (its first d dimensions) at ``z`` (N, d)."""
+    log_h, _ = _components(weights, means, covariances, np.atleast_2d(z))
+    top = log_h.max(axis=1)
+    return top + np.log(np.sum(np.exp(log_h - top[:, None]), axis=1))
+
+
+def _components(weights, means, covariances, z) -> tuple:
+    """Per component k: log(w_k N(z; m_k[:d], S_k[:d, :d])) and its conditional mean, each (N, K)."""
     d = z.shape[1]
     log_h = np.empty((z.shape[0], len(weights)))
     conditional = np.empty_like(log_h)
@@ -179,13 +209,11 @@ def conditional_mean(weights, means, covariances, z) -> np.ndarray:
         chol = np.linalg.cholesky(c[:d, :d])
         centred = z - m[:d]
         white = np.linalg.solve(chol, centred.T)  # (d, N)
-        log_h[:, k] = (np.log(max(w, 1e-300)) - np.sum(np.log(np.diag(chol)))
+        log_h[:, k] = (np.log(max(w, 1e-300)) - np.sum(np.log(np.diag(chol))) - 0.5 * d * np.log(2 * np.pi)
                        - 0.5 * np.sum(white * white, axis=0))
         gain = np.linalg.solve(c[:d, :d], c[:d, d])  # Sxx^-1 Sxy (d,)
         conditional[:, k] = m[d] + centred @ gain
-    log_h -= log_h.max(axis=1, keepdims=True)
-    h = np.exp(log_h)
-    return np.sum(h * conditional, axis=1) / np.sum(h, axis=1)
+    return log_h, conditional
 
 
 def residual_inputs(joint_names, joint: str, deflection: bool) -> tuple:
@@ -201,8 +229,8 @@ def fit_residual_model(joint_names, q, dq, residual, deflection=None, seed: int 
     rigid-body + friction model) at q, dq (N, n) and optionally the deflection (N, n) rad.
 
     The number of components is the one of ``components`` with the lowest residual RMS on the
-    held-out blocks; the kept mixture is refitted on every sample. Raises DataError when there
-    are too few samples for the held-out blocks.
+    held-out tail; the kept mixture is refitted on every sample. Raises DataError when there
+    are too few samples to hold a tail out.
     """
     try:
         from sklearn.mixture import GaussianMixture
@@ -218,10 +246,10 @@ def fit_residual_model(joint_names, q, dq, residual, deflection=None, seed: int 
         if deflection.shape != q.shape:
             raise DataError(f"deflection must be {q.shape} like q, got {deflection.shape}")
     samples = q.shape[0]
-    held = (np.arange(samples) // HOLDOUT_BLOCK) % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
-    if held.sum() < HOLDOUT_BLOCK or (~held).sum() < 10 * max(components):
-        raise DataError(f"{samples} samples are too few for a residual model (held-out blocks of {HOLDOUT_BLOCK} "
-                        f"samples, one in {HOLDOUT_EVERY})")
+    held = np.arange(samples) >= samples - int(HOLDOUT_FRACTION * samples)
+    if held.sum() < MIN_HELDOUT or (~held).sum() < 10 * max(components):
+        raise DataError(f"{samples} samples are too few for a residual model (the last {HOLDOUT_FRACTION:.0%} held "
+                        f"out, at least {MIN_HELDOUT} samples)")
     for name, a in (("q", q), ("dq", dq), ("residual", residual), ("deflection", deflection)):
         if a is not None and not np.all(np.isfinite(a)):
             raise DataError(f"{name} holds NaN or infinite values")
@@ -250,7 +278,9 @@ def fit_residual_model(joint_names, q, dq, residual, deflection=None, seed: int 
             if k > (~held).sum() // 10:
                 break
             weights, means, covariances = fit(z[~held], k)
-            err = _rms(scale[d] * (conditional_mean(weights, means, covariances, z[held, :d]) - z[held, d]))
+            floor = _background(weights, means, covariances, z[~held, :d])
+            err = _rms(scale[d] * (conditional_mean(weights, means, covariances, z[held, :d], floor,
+                                                    -mean[d] / scale[d]) - z[held, d]))
             if best is None or err < best[1]:
                 best = (k, err)
         k, with_model = best
@@ -265,8 +295,16 @@ def fit_residual_model(joint_names, q, dq, residual, deflection=None, seed: int 
         weights, means, covariances = fit(z, k)
         joints.append(JointResidual(joint=joint, inputs=inputs, mean=mean, scale=scale, weights=weights, means=means,
                                     covariances=covariances, heldout_rmse=(without, with_model),
+                                    background=_background(weights, means, covariances, z[:, :d]),
                                     reason=f"{k} components: held-out RMS {without:.4g} -> {with_model:.4g} N m"))
     return ResidualModel(joints=tuple(joints))
+
+
+def _background(weights, means, covariances, z) -> float:
+    """The background log density: BACKGROUND_FACTOR of the mixture's input density at the
+    least covered BACKGROUND_QUANTILE of the inputs ``z`` (N, d) it was fitted to."""
+    density = input_log_density(weights, means, covariances, z[_even_subset(z.shape[0], MAX_FIT_SAMPLES)])
+    return float(np.quantile(density, BACKGROUND_QUANTILE) + np.log(BACKGROUND_FACTOR))
 
 
 def _even_subset(count: int, most: int) -> np.ndarray:
