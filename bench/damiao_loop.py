@@ -72,7 +72,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from sysid_core.damiao import protocol as dm  # noqa: E402
-from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm  # noqa: E402
+from sysid_core.damiao.emulator import VirtualDamiaoArm, emulated_motors  # noqa: E402
 from sysid_core.damiao.loop_record import longest_gaps, percentiles, period_figures  # noqa: E402
 from sysid_ros.damiao_bridge import DamiaoBridge  # noqa: E402
 
@@ -149,8 +149,7 @@ def measure(rate: float, seconds: float, fifo: int, hogs: list) -> dict:
     channel = f"bench_loop_{os.getpid()}_{int(rate)}"
     # SILENT_S of silence before a motor counts as lost (see the docstring), not the config's 20 ms
     layout.update(can_channel=channel, control_rate_hz=rate, feedback_timeout_cycles=math.ceil(SILENT_S * rate))
-    motors = [EmulatedMotor(j, t, c, m) for j, t, c, m in
-              zip(layout["joint_names"], layout["motor_types"], layout["can_ids"], layout["master_ids"])]
+    motors = emulated_motors(layout)
     arm = VirtualDamiaoArm(str(MODEL), motors, channel=channel, initial_positions=POSE)
     arm.start()
     context = rclpy.Context()

@@ -40,7 +40,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from sysid_core.damiao import protocol as dm  # noqa: E402
-from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm  # noqa: E402
+from sysid_core.damiao.emulator import VirtualDamiaoArm, emulated_motors  # noqa: E402
 from sysid_ros.damiao_bridge import DamiaoBridge  # noqa: E402
 
 CONFIG = ROOT / "config" / "openarm_class_damiao.yaml"
@@ -59,8 +59,7 @@ def measure(service: str, repeats: int) -> list:
     channel = f"bench_gap_{os.getpid()}_{service}"
     # silence is noticed late here: the request, not the silence, meets the motor first
     layout.update(can_channel=channel, feedback_timeout_cycles=1000)
-    motors = [EmulatedMotor(j, t, c, m) for j, t, c, m in
-              zip(layout["joint_names"], layout["motor_types"], layout["can_ids"], layout["master_ids"])]
+    motors = emulated_motors(layout)
     arm = VirtualDamiaoArm(str(MODEL), motors, channel=channel)
     arm.start()
     monitor = can.Bus(interface="virtual", channel=channel)

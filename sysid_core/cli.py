@@ -550,27 +550,14 @@ def run(args: argparse.Namespace) -> int:
     source = MujocoPhysics.simulation if args.source == "sim" else MujocoPhysics.inverse
     config = dataclasses.replace(config, physics=source(plant.model, timing.timestep))
 
-    def record(trajectory, label):
-        if args.source == "ideal":
-            return ideal_recording(plant.model, trajectory, plant.joint_names)
-        default = MeasurementNoise()
-        noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
-                                 tau_std=default.tau_std * args.noise_scale)
-        # the controller knows the nominal model only, as a real arm's would
-        run = simulate(plant.model, trajectory, nominal=robot.model, noise=noise, seed=args.seed,
-                       joint_names=plant.joint_names, progress=_progress(label))
-        for note in run.quality.notes()[:-1]:  # the last note is the timing, printed once above
-            print(f"  {label}: {note}")
-        return run.recording
-
     if args.source == "ideal":
         print("Recording data: MuJoCo mj_inverse along the plan"
               + (f", truth model {args.truth_model}" if truth is not None else ""))
     else:
         print("Recording data: MuJoCo simulation under computed-torque control"
               + (f", truth model {args.truth_model}" if truth is not None else "") + f"\n  {timing.describe()}")
-    recording = record(plan, "identification run")
-    validation = record(check_plan, "validation run")
+    recording = _record(args, robot, plant, plan, "identification run")
+    validation = _record(args, robot, plant, check_plan, "validation run")
 
     result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source)
     if args.export_damiao and result.verdict.level != "failed":
@@ -581,6 +568,22 @@ def run(args: argparse.Namespace) -> int:
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
     print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
     return status
+
+
+def _record(args: argparse.Namespace, robot, plant, trajectory, label: str):
+    """The recording of ``trajectory`` on ``plant`` as --source makes it: mj_inverse along the plan,
+    or the plant simulated under a controller that knows only ``robot`` (as a real arm's would),
+    with the default noise times --noise-scale; the run's notes printed."""
+    if args.source == "ideal":
+        return ideal_recording(plant.model, trajectory, plant.joint_names)
+    default = MeasurementNoise()
+    noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
+                             tau_std=default.tau_std * args.noise_scale)
+    run = simulate(plant.model, trajectory, nominal=robot.model, noise=noise, seed=args.seed,
+                   joint_names=plant.joint_names, progress=_progress(label))
+    for note in run.quality.notes()[:-1]:  # the last note is the timing, printed once by the caller
+        print(f"  {label}: {note}")
+    return run.recording
 
 
 def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> int:
@@ -599,14 +602,7 @@ def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> i
     if args.save_trajectory is not None:
         save_trajectory(args.save_trajectory, sweep.trajectory, robot.joint_names)
         print(f"Sweep saved to {args.save_trajectory}")
-    if args.source == "ideal":
-        recording = ideal_recording(plant.model, sweep.trajectory, plant.joint_names)
-    else:
-        default = MeasurementNoise()
-        noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
-                                 tau_std=default.tau_std * args.noise_scale)
-        recording = simulate(plant.model, sweep.trajectory, nominal=robot.model, noise=noise, seed=args.seed,
-                             joint_names=plant.joint_names, progress=_progress("friction sweep")).recording
+    recording = _record(args, robot, plant, sweep.trajectory, "friction sweep")
     points = friction_points(recording, sweep.segments)
     curves = [fit_friction_curves(p) for p in points]
     args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Bool, Float32
 from std_srvs.srv import Trigger
 
-from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao.emulator import VirtualDamiaoArm, emulated_motors
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
 from sysid_ros.damiao_bridge import DamiaoBridge
@@ -142,12 +142,7 @@ class _DamiaoSource:
         if not layout:
             raise ValueError("--damiao needs a parameter file with a damiao_bridge section laying out the "
                              "motors (e.g. config/openarm_class_damiao.yaml)")
-        n = len(layout.get("joint_names", ()))
-        motors = [EmulatedMotor(joint_name=name, motor_type=kind, can_id=can_id, master_id=master,
-                                direction=direction, position_offset=offset)
-                  for name, kind, can_id, master, direction, offset in zip(
-                      layout["joint_names"], layout["motor_types"], layout["can_ids"], layout["master_ids"],
-                      layout.get("directions") or [1] * n, layout.get("position_offsets") or [0.0] * n)]
+        motors = emulated_motors(layout)
         # The emulated motors answer from a thread of this process. Python hands the GIL to a
         # waiting thread only every switch interval (5 ms by default), longer than the bridge's
         # 3-cycle (6 ms) feedback deadline: a busy executor would make healthy motors look lost.

@@ -12,7 +12,7 @@ import yaml
 from rclpy.parameter import Parameter
 
 from sysid_core.damiao.arm import DamiaoArm
-from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
+from sysid_core.damiao.emulator import VirtualDamiaoArm, emulated_motors
 from sysid_ros.damiao_bridge import DamiaoBridge
 from sysid_ros.identifier import Identifier
 from sysid_ros.mujoco_sim import MujocoSim
@@ -59,8 +59,7 @@ def test_damiao_keys_are_declared_parameters(context):
     """The virtual arm's file starts a real bridge; both files' keys must be its parameters."""
     virtual = sections(CONFIG / "openarm_class_damiao.yaml")["damiao_bridge"]
     channel = f"config_test_{os.getpid()}"
-    motors = [EmulatedMotor(*fields) for fields in zip(virtual["joint_names"], virtual["motor_types"],
-                                                       virtual["can_ids"], virtual["master_ids"])]
+    motors = emulated_motors(virtual)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
     arm = VirtualDamiaoArm(CONFIG / "robots" / "openarm_class.xml", motors, channel=channel)

@@ -194,6 +194,18 @@ class EmulatedMotor:
         return self.limits if self.limits is not None else dm.motor_limits(self.motor_type)
 
 
+def emulated_motors(layout: dict) -> list:
+    """The EmulatedMotors a damiao_bridge parameter layout drives: its ``joint_names``,
+    ``motor_types``, ``can_ids`` and ``master_ids``, and its ``directions`` and
+    ``position_offsets`` when given (+1 and 0 otherwise), one motor per joint."""
+    n = len(layout.get("joint_names", ()))
+    return [EmulatedMotor(joint_name=name, motor_type=kind, can_id=can_id, master_id=master, direction=direction,
+                          position_offset=offset)
+            for name, kind, can_id, master, direction, offset in zip(
+                layout["joint_names"], layout["motor_types"], layout["can_ids"], layout["master_ids"],
+                layout.get("directions") or [1] * n, layout.get("position_offsets") or [0.0] * n)]
+
+
 def _temperature_bytes(temperatures) -> tuple[int, int]:
     try:
         values = [float(t) for t in temperatures]

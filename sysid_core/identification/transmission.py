@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..dynamics.regressor import BLOCK, joint_torque_regressor
 from ..errors import DataError
 from .filtering import FilterConfig, derivative, lowpass, resample_uniform, uniform_sample_rate
 from .recording import Recording
@@ -130,7 +131,6 @@ def rigid_link_torque(robot, result) -> Callable[[np.ndarray, np.ndarray, np.nda
     """The link side's torque under an identification ``result``: its rigid bodies alone
     (``result.body_parameters``), without the joint terms (armature, friction) that act before
     an elastic transmission. Returns f(q, dq, ddq) -> (M, n) N m, evaluated block by block."""
-    from ..dynamics.regressor import BLOCK, joint_torque_regressor
     parameters = np.asarray(result.body_parameters, dtype=float).reshape(-1)
 
     def torque(q, dq, ddq):
