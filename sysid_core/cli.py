@@ -36,7 +36,7 @@ os.environ.setdefault("MUJOCO_GL", "disable")
 import numpy as np  # noqa: E402 (after the GL backend)
 
 from .damiao.protocol import motor_limits
-from .dynamics.friction import JointModel
+from .dynamics.friction import FrictionSelection, JointModel, friction_torque
 from .dynamics.joint_physics import MujocoPhysics
 from .dynamics.model import load_robot
 from .errors import DataError, IdentificationError, SysidError, TrackingError
@@ -50,6 +50,8 @@ from .identification.actuator import (COM_NEEDED, CommandLog, EffortGains, Known
                                       calibrate_effort_gains, estimate_delay, mit_loop_correction)
 from .identification.filtering import FilterConfig, prepare
 from .identification.friction_curve import fit_friction_curves, friction_points
+from .identification.known_friction import (extrapolated_share, from_sweep, identify_with_known_friction,
+                                            subtract_known, without_model_friction)
 from .identification.identify import (ESTIMATORS, SCOPES, IdentificationConfig, column_names, identify,
                                       on_hardware, predict_torque)
 from .identification.memory import FIXED_BYTES as _FIXED_BYTES, available_memory, memory_needed
@@ -57,14 +59,15 @@ from .identification.memory import describe_bytes as _bytes
 from .identification.recording_files import STAMPS, read_recordings
 from .identification.residual import compensate
 from .identification.screening import lost_sample_notes, missing_in_stretches
-from .identification.transmission import identify_transmission, rigid_link_torque
-from .results.friction_report import format_friction, write_friction_sweep
+from .results.friction_report import (annotate_params, chosen_laws, format_friction, read_friction_sweep,
+                                      write_friction_sweep)
 from .results.export import add_transmission, params_document, write_damiao_csv, write_params_json
 from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
 from .results.report import format_result
 from .simulation import MeasurementNoise, ideal_recording, simulate, simulation_timing
+from .simulation.elastic import Gearbox, Transmission, simulate_elastic
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,9 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Huber IRLS: bounded weight for outlying torque samples (glitches, contacts)")
     parser.add_argument("--coulomb-smoothing", type=float, default=0.0,
                         help="tanh(dq/s) instead of sign(dq) for Coulomb friction, s in rad/s (default 0: sign)")
-    parser.add_argument("--friction-model", default="coulomb_viscous",
+    parser.add_argument("--friction-model", default="coulomb_viscous", action=_Given,
                         help="friction law: coulomb_viscous (default), asymmetric, tanh, stribeck, stribeck_tanh "
                              "or high_low_speed for every joint, or a comma list with one per joint")
+    parser.set_defaults(friction_model_given=False)
+    parser.add_argument("--friction-from", type=Path, metavar="FILE",
+                        help="fix each joint's friction at the law a friction sweep fitted (its friction_sweep.json: "
+                             "the law it chose, or the one --friction-model names): subtracted from the measured "
+                             "torque, the rest identified without friction terms; params.json reports the sweep's "
+                             "friction")
     parser.add_argument("--max-velocity", type=float, default=2.0, help="excitation speed cap, rad/s (default 2)")
     parser.add_argument("--excitation", choices=("multisine", "optimized", "friction-sweep"),
                         help="multisine (default): random sinusoids; optimized: Fourier series at rest at both ends "
@@ -129,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "--sample-rate; --duration is then the file's)")
     parser.add_argument("--noise-scale", type=float, default=1.0,
                         help="multiplies the default measurement noise of the sim source (default 1)")
+    parser.add_argument("--transmission-stiffness", type=float, nargs="+", metavar="K",
+                        help="sim source: an elastic transmission at every joint, N m/rad (one value for all joints, "
+                             "or one per joint): a rotor with the joint's armature drives the link through a spring, "
+                             "the drive tracks on its motor side, and the recording carries both encoders")
+    parser.add_argument("--transmission-damping", type=float, nargs="+", metavar="C",
+                        help="with --transmission-stiffness: the transmission's damping, N m s/rad (one value or "
+                             "one per joint; default 5 %% of sqrt(K))")
+    parser.add_argument("--gearbox-load-friction", type=float, default=0.0, metavar="F",
+                        help="with --transmission-stiffness: gearbox friction of F times the transmitted torque, "
+                             "against the rotor's motion, which no rigid model knows (default 0)")
+    parser.add_argument("--gearbox-ripple", type=float, nargs="+", metavar="R",
+                        help="with --transmission-stiffness: a cogging ripple on the rotor, N m (one value or one "
+                             "per joint), 8 periods per radian")
     parser.add_argument("--cutoff", type=float, default=10.0, help="low-pass cutoff of measured signals, Hz")
     parser.add_argument("--velocity-from-position", action="store_true",
                         help="differentiate the measured position instead of using the measured velocity")
@@ -165,6 +187,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Given(argparse.Action):
+    """Store the option's value and note that it was given (``<dest>_given``): with
+    --friction-from an explicit --friction-model picks the law, its default does not."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def _clearance(text: str):
     """--excitation-clearance: a distance >= 0 m, or None for 'off'."""
     if text.strip().lower() == "off":
@@ -193,7 +224,10 @@ def _condition_cap(text: str):
 # options of the simulated excitation: meaningless with --recording
 _SIMULATION_OPTIONS = ("duration", "sample_rate", "source", "excitation", "excitation_criterion",
                        "excitation_time_limit", "excitation_clearance", "excitation_condition_cap", "save_trajectory",
-                       "trajectory", "noise_scale", "max_velocity", "export_damiao", "motor_type")
+                       "trajectory", "noise_scale", "max_velocity", "export_damiao", "motor_type",
+                       "transmission_stiffness", "transmission_damping", "gearbox_load_friction", "gearbox_ripple")
+# the elastic arm of the sim source: meaningless without --transmission-stiffness
+_ELASTIC_OPTIONS = ("transmission_damping", "gearbox_load_friction", "gearbox_ripple")
 
 
 def _check_recording_options(args: argparse.Namespace) -> None:
@@ -216,6 +250,13 @@ def _check_recording_options(args: argparse.Namespace) -> None:
                  if getattr(args, name) != parser.get_default(name)]
         if given:
             raise SysidError(f"{', '.join(given)} only apply with --recording")
+        elastic = [f"--{name.replace('_', '-')}" for name in _ELASTIC_OPTIONS
+                   if getattr(args, name) != parser.get_default(name)]
+        if elastic and args.transmission_stiffness is None:
+            raise SysidError(f"{', '.join(elastic)}: need --transmission-stiffness (an elastic transmission)")
+        if args.transmission_stiffness is not None and args.source != "sim":
+            raise SysidError("--transmission-stiffness: the sim source only (--source ideal is the rigid model's "
+                             "inverse dynamics)")
 
 
 def _recorded_data(args: argparse.Namespace, robot):
@@ -381,7 +422,8 @@ def check_output_dir(args: argparse.Namespace) -> None:
     out = args.output_dir
     inputs = {Path(p).resolve(): option for p, option in ((args.model, "the model"),
                                                           (args.truth_model, "--truth-model"),
-                                                          (args.trajectory, "--trajectory")) if p is not None}
+                                                          (args.trajectory, "--trajectory"),
+                                                          (args.friction_from, "--friction-from")) if p is not None}
     for name in OUTPUTS:
         clash = inputs.get((out / name).resolve())
         if clash is not None:
@@ -535,8 +577,9 @@ def run(args: argparse.Namespace) -> int:
             motor_limits(name)
     plant = truth if truth is not None else robot
     config = _identification_config(args)
+    known = _known_friction(args, robot)
     if args.recording:
-        return _identify_recording(args, robot, truth, config, started)
+        return _identify_recording(args, robot, truth, config, started, known)
 
     if args.excitation == "friction-sweep":
         return _friction_sweep(args, robot, plant, started)
@@ -559,10 +602,15 @@ def run(args: argparse.Namespace) -> int:
     recording = _record(args, robot, plant, plan, "identification run")
     validation = _record(args, robot, plant, check_plan, "validation run")
 
-    result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source)
+    result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source, known)
     if args.export_damiao and result.verdict.level != "failed":
         # feed-forward for real motors: a real joint's friction, not the simulator's
-        torque = predict_torque(robot, on_hardware(robot, result), plan.q, plan.dq, plan.ddq)
+        if known is None:
+            torque = predict_torque(robot, on_hardware(robot, result), plan.q, plan.dq, plan.ddq)
+        else:  # the rigid part without the model file's friction, plus the sweep's
+            bare = without_model_friction(robot)
+            torque = predict_torque(bare, on_hardware(bare, result), plan.q, plan.dq, plan.ddq) \
+                + friction_torque(plan.dq, result.friction)
         clamped = write_damiao_csv(args.output_dir / "damiao_trajectory.csv", plan, torque, args.motor_type)
         print("Damiao export, samples clamped per joint: " +
               ", ".join(f"{k} {v:.1f}%" for k, v in clamped.items()))
@@ -579,6 +627,10 @@ def _record(args: argparse.Namespace, robot, plant, trajectory, label: str):
     default = MeasurementNoise()
     noise = MeasurementNoise(q_std=default.q_std * args.noise_scale, dq_std=default.dq_std * args.noise_scale,
                              tau_std=default.tau_std * args.noise_scale)
+    if args.transmission_stiffness is not None:
+        transmission, gearbox = _elastic_arm(args, plant)
+        return simulate_elastic(plant.path, trajectory, transmission, robot.model, noise=noise, seed=args.seed,
+                                rotor_torque=None if gearbox is None else gearbox.torque)
     run = simulate(plant.model, trajectory, nominal=robot.model, noise=noise, seed=args.seed,
                    joint_names=plant.joint_names, progress=_progress(label))
     for note in run.quality.notes()[:-1]:  # the last note is the timing, printed once by the caller
@@ -586,11 +638,58 @@ def _record(args: argparse.Namespace, robot, plant, trajectory, label: str):
     return run.recording
 
 
+def _elastic_arm(args: argparse.Namespace, plant) -> tuple:
+    """(Transmission, Gearbox or None) of --transmission-stiffness and the options with it, each
+    one value for every joint of ``plant`` or one per joint; SysidError otherwise."""
+    n = plant.n_joints
+
+    def per_joint(values, option, default):
+        values = np.asarray(default if values is None else values, dtype=float)
+        if values.size not in (1, n):
+            raise SysidError(f"{option}: one value or {n} (one per joint of {list(plant.joint_names)}), "
+                             f"got {values.size}")
+        return np.broadcast_to(values, (n,)).copy()
+    stiffness = per_joint(args.transmission_stiffness, "--transmission-stiffness", None)
+    damping = per_joint(args.transmission_damping, "--transmission-damping", 0.05 * np.sqrt(np.abs(stiffness)))
+    try:
+        transmission = Transmission(stiffness, damping).checked(n)
+        gearbox = None
+        if args.gearbox_load_friction or args.gearbox_ripple is not None:
+            gearbox = Gearbox(args.gearbox_load_friction, per_joint(args.gearbox_ripple, "--gearbox-ripple", 0.0))
+    except ValueError as err:
+        raise SysidError(str(err)) from None
+    return transmission, gearbox
+
+
+def _known_friction(args: argparse.Namespace, robot):
+    """--friction-from: every joint's friction from the sweep's file (known_friction.
+    KnownFriction), read and checked before any work; None without the option. The law per
+    joint is the file's chosen one, or --friction-model's when that is given."""
+    if args.friction_from is None:
+        return None
+    conflicts = [option for option, given in (
+        ("--no-friction (the model's friction known instead)", args.no_friction),
+        ("--coulomb-smoothing (the sweep's laws have their own Coulomb shape)", args.coulomb_smoothing != 0),
+        ("--residual gmm", args.residual != "none"),
+        ("--excitation friction-sweep (it measures friction, it does not use it)",
+         args.excitation == "friction-sweep")) if given]
+    if conflicts:
+        raise SysidError(f"--friction-from: not with {', '.join(conflicts)}")
+    laws = None
+    if args.friction_model_given:
+        laws = tuple(m.name for m in FrictionSelection(args.friction_model).for_joints(robot.n_joints))
+    known = from_sweep(read_friction_sweep(args.friction_from), robot.joint_names, str(args.friction_from), laws)
+    print(f"Friction fixed from {args.friction_from}: " + ", ".join(
+        f"{j} {f.model.name}" for j, f in zip(known.joint_names, known.frictions)))
+    return known
+
+
 def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> int:
     """--excitation friction-sweep: the sweep simulated on the plant, its friction curves
     measured and every law fitted; friction_sweep.json and .png. 0, or 2 for options that do
     not apply."""
-    given = [f"--{name.replace('_', '-')}" for name in ("duration", "trajectory", "export_damiao", "residual")
+    given = [f"--{name.replace('_', '-')}" for name in ("duration", "trajectory", "export_damiao", "residual",
+                                                        "friction_from")
              if getattr(args, name) != build_parser().get_default(name)]
     if given:
         raise SysidError(f"{', '.join(given)}: not with --excitation friction-sweep (its length follows from its "
@@ -605,30 +704,45 @@ def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> i
     recording = _record(args, robot, plant, sweep.trajectory, "friction sweep")
     points = friction_points(recording, sweep.segments)
     curves = [fit_friction_curves(p) for p in points]
+    # the law each joint's friction is later fixed at (--friction-from): --friction-model's when
+    # given, else the one the points support best
+    named = None
+    if args.friction_model_given:
+        laws = dict(zip(robot.joint_names, FrictionSelection(args.friction_model).for_joints(robot.n_joints)))
+        named = [laws[p.joint].name for p in points]
+    chosen = chosen_laws(points, curves, named)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(args.output_dir)
-    write_friction_sweep(args.output_dir, points, curves, plots=not args.no_plots)
-    print(format_friction(points, curves))
+    write_friction_sweep(args.output_dir, points, curves, plots=not args.no_plots, chosen=chosen)
+    print(format_friction(points, curves, chosen))
     print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
     return 0
 
 
-def _identify_and_write(args: argparse.Namespace, robot, truth, config, recording, validation, source: str):
-    """Identify, write params.json, the plots and the updated model; (result, exit status)."""
-    print(f"Identifying ({args.scope} scope, {args.estimator})")
-    result = identify(robot, recording, config, validation=validation)
+def _identify_and_write(args: argparse.Namespace, robot, truth, config, recording, validation, source: str,
+                        known=None):
+    """Identify, write params.json, the plots and the updated model; (result, exit status).
+    ``known`` the joints' friction fixed from a sweep (--friction-from), None to identify it."""
+    print(f"Identifying ({args.scope} scope, {args.estimator}"
+          + (f", friction fixed from {known.source})" if known is not None else ")"))
+    if known is None:
+        result = identify(robot, recording, config, validation=validation)
+    else:
+        result = identify_with_known_friction(robot, recording, config, known, validation)
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(args.output_dir)
     document = params_document(result, robot, source=source, truth=truth, payload_frame=args.payload_frame)
+    if known is not None:
+        from_position = config.filter.velocity_from_position
+        annotate_params(document, known, {what: extrapolated_share(data, known, from_position) for what, data in
+                                          (("identification", recording), ("validation", validation))
+                                          if data is not None})
     residual = None
     if recording.motor_q is not None:
-        try:
-            add_transmission(document, identify_transmission(recording.select(robot.joint_names),
-                                                             rigid_link_torque(robot, result), config.filter))
-        except DataError as err:  # the rigid-body result stands without it
-            document["transmission_notes"] = [f"not identified: {err}"]
-            print(f"warning: transmission not identified: {err}", file=sys.stderr)
+        warning = add_transmission(document, robot, result, recording, config.filter)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     if args.residual == "gmm":
         print("Fitting the residual model (GMM per joint)")
         try:
@@ -641,6 +755,11 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
         (args.output_dir / "residual_model.json").write_text(json.dumps(residual.as_dict(), indent=1) + "\n")
     print(format_result(result, document))
     if not args.no_plots:
+        if known is not None:  # the figures show the rigid part: the torque less the sweep's friction
+            recording, validation, robot = (
+                subtract_known(recording, known, config.filter.velocity_from_position),
+                None if validation is None else subtract_known(validation, known, config.filter.velocity_from_position),
+                without_model_friction(robot))
         try:
             write_plots(args.output_dir, robot, result, recording, validation)
         except ImportError as err:  # matplotlib is optional for the core
@@ -648,11 +767,11 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
     return result, _write_model_files(args, robot, result)
 
 
-def _identify_recording(args: argparse.Namespace, robot, truth, config, started: float) -> int:
+def _identify_recording(args: argparse.Namespace, robot, truth, config, started: float, known=None) -> int:
     """The --recording path: the files identified, the same outputs as a simulated run."""
     recording, validation = _recorded_data(args, robot)
     source = ", ".join(str(p) for p in args.recording)
-    _, status = _identify_and_write(args, robot, truth, config, recording, validation, source)
+    _, status = _identify_and_write(args, robot, truth, config, recording, validation, source, known)
     print(f"Results saved to {args.output_dir}/ ({time.perf_counter() - started:.1f} s)")
     return status
 

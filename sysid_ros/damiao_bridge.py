@@ -60,6 +60,25 @@ each ``joint_states`` message the age of every reply in it (publication minus th
 time). Two clock reads and a few stores per cycle; bench/damiao_loop.py reads it to measure the
 loop's period, its overruns and the feedback's age.
 
+Both encoders of DM-J*-2EC motors (``motor_states_hz`` > 0; 0, the default, turns this off):
+the node reads each motor's registers RID 80 (p_m, motor side) and RID 81 (xout, output shaft)
+at that rate per motor, at most one read request per control cycle (round robin, after the
+cycle's MIT frames: sysid_core.damiao.dual_encoder has the schedule, the pairing and the
+bus-load arithmetic behind the recommended 10 Hz; a rate that needs more than one read per
+cycle stops the start). For each motor whose pair completed in a cycle it publishes
+``motor_states`` (JointState, position only, those joints only), stamped like that cycle's
+``joint_states`` (the next one, if that cycle published none), with position = the joint_states
+position - delta, where delta = q_link - q_motor from the pair (xout unwrapped to the turn
+nearest p_m; direction applied, the offsets cancel). A recorder's joint_states -
+motor_states is then the measured deflection. Why not publish a motor-side position itself: on
+a 2EC the feedback frame's position, and so joint_states, is already the motor side, so
+joint_states - p_m would be about zero and the deflection lost; q - delta keeps the recording's
+definition (deflection = joint_states - motor_states) exact whatever the firmware reports in
+the feedback, motor side or output shaft. Register replies share the feedback id: any frame
+on it echoing the motor's id and a read or write op (bytes 0-2) is taken as a register reply,
+never decoded as feedback. A read unanswered for ``feedback_timeout_cycles`` cycles is given
+up, its pair dropped and counted (``/diagnostics``); the loop never waits for one.
+
 All names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/damiao/enable``,
 ...), so the node runs under a namespace; ``/diagnostics`` is the one global topic the
 diagnostics tools read, and its status names carry the node's namespace.
@@ -91,6 +110,7 @@ from std_srvs.srv import Trigger
 
 from sysid_core.damiao import protocol
 from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
+from sysid_core.damiao.dual_encoder import DualEncoderReader, bus_load
 from sysid_core.damiao.loop_record import LoopRecord
 from sysid_core.damiao.supervisor import CLEAR, DISABLE, ENABLE, Supervisor, screen_feedback
 from sysid_core.errors import DataError
@@ -130,7 +150,9 @@ class DamiaoBridge(Node):
     ``frames_other`` (on ids no motor of this arm answers on), ``bus_errors``, ``status`` (n,) last
     status code per motor (-1 before any feedback), ``faults`` (n,) latched reason or None,
     ``lost`` (n,) bool (silent now), ``enabled``, ``tracking`` (n,) bool of the last cycle,
-    ``clamped`` (count of commands clamped), ``loop_record`` (the loop's timing)."""
+    ``clamped`` (count of commands clamped), ``loop_record`` (the loop's timing),
+    ``dual_encoder`` (the register reader, None while ``motor_states_hz`` is 0),
+    ``motor_states_published``, ``register_replies_ignored`` (register replies nobody awaited)."""
 
     def __init__(self, **kwargs):
         super().__init__('damiao_bridge', **kwargs)
@@ -157,9 +179,12 @@ class DamiaoBridge(Node):
         self.declare_parameter('effort_gains_file', '')
         self.declare_parameter('command_log_seconds', 300.0)
         self.declare_parameter('command_log_dir', 'sysid_output')
+        self.declare_parameter('motor_states_hz', 0.0)
 
         self.published = self.cycles = self.frames_sent = self.frames_received = 0
         self.frames_rejected = self.frames_other = self.bus_errors = self.clamped = 0
+        self.motor_states_published = self.register_replies_ignored = 0
+        self.dual_encoder = None
         self._bus = None
         self._publishing = True
         # the control timer and the services run in different callback groups (a service
@@ -205,6 +230,12 @@ class DamiaoBridge(Node):
                              f"{self._rate}, {self._timeout}, {self._max_error}, {self._silent_cycles}")
         self.arm = self._arm_from_parameters()
         n = self.arm.n
+        motor_states_hz = float(self._param('motor_states_hz'))
+        if not (math.isfinite(motor_states_hz) and motor_states_hz >= 0):
+            raise ValueError(f"motor_states_hz must be >= 0 (0: no register reads), got {motor_states_hz}")
+        # built now, used once the motors are enabled: a rate the bus budget cannot meet stops the start
+        reader = DualEncoderReader(self.arm.directions, motor_states_hz, self._rate, self._silent_cycles) \
+            if motor_states_hz > 0 else None
         gains_file = str(self._param('effort_gains_file'))
         self.effort_gains = load_effort_gains(gains_file, self.arm.joint_names) if gains_file else np.ones(n)
         log_seconds = float(self._param('command_log_seconds'))
@@ -244,6 +275,10 @@ class DamiaoBridge(Node):
         self._last_bus_error = self._last_rejected = ''
         self._diagnostics_name = self.get_fully_qualified_name().lstrip('/')
         self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=100))
+        self._deflections = {}                    # joint -> delta (joint units) awaiting a joint_states
+        self._motor_states_pub = None
+        if reader is not None:
+            self._motor_states_pub = self.create_publisher(JointState, 'motor_states', QoSProfile(depth=100))
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
 
         self._bus = self._open_bus()
@@ -264,6 +299,14 @@ class DamiaoBridge(Node):
         self.create_service(Trigger, 'sysid/damiao/clear_errors', self._on_clear_errors, callback_group=services)
         self.create_service(Trigger, 'sysid/damiao/save_commands', self._on_save_commands, callback_group=services)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
+        if reader is not None:
+            if not self._fd:
+                load = bus_load(n, self._rate, motor_states_hz, float(self._param('can_bitrate')))
+                self.get_logger().info(
+                    f"motor_states at {motor_states_hz:g} Hz per motor: register reads take "
+                    f"{100 * load['reads'][0]:.1f}-{100 * load['reads'][2]:.1f} % of the bus, MIT control "
+                    f"{100 * load['mit'][0]:.0f}-{100 * load['mit'][2]:.0f} %")
+            self.dual_encoder = reader            # from the first cycle of the loop on
         self.create_timer(1.0 / self._rate, self._on_cycle, clock=steady)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics, clock=steady)
 
@@ -389,13 +432,18 @@ class DamiaoBridge(Node):
             self._reject(msg, "remote frame" if msg.is_remote_frame else "extended id")
             return True
         can_id = self.arm.can_ids[j]
-        # register replies share the master id with feedback; they echo the motor's id and an op code
-        # (only read at start-up, so a feedback frame is never mistaken for one later)
-        if self._reading_registers and len(data) == protocol.FRAME_LENGTH \
-                and data[2] in (protocol.OP_READ, protocol.OP_WRITE) and data[0] | data[1] << 8 == can_id:
-            _, _, rid, value = protocol.decode_register_reply(data)
-            self._register_replies[(j, rid)] = value
+        # register replies share the master id with feedback; they echo the motor's id and an op code.
+        # Decoded as feedback, one would read as a position far off (the ids and the op code taken
+        # for position bits); a feedback frame of this layout would need the motor at -PMAX
+        if len(data) == protocol.FRAME_LENGTH and data[2] in (protocol.OP_READ, protocol.OP_WRITE) \
+                and data[0] | data[1] << 8 == can_id:
+            _, op, rid, value = protocol.decode_register_reply(data)
             self.frames_received += 1
+            if self._reading_registers:
+                self._register_replies[(j, rid)] = value
+            elif not (op == protocol.OP_READ and self.dual_encoder is not None
+                      and self.dual_encoder.reply(j, rid, value)):
+                self.register_replies_ignored += 1
             return True
         now = time.monotonic()
         accepted_at = self._accepted_at[j]
@@ -453,6 +501,8 @@ class DamiaoBridge(Node):
         deadline = time.monotonic() + REPLY_GRACE * (1.0 / self._rate)
         while not np.all(self._answered | self.lost) and time.monotonic() < deadline:
             self._receive(timeout=max(deadline - time.monotonic(), 0.0))
+        if self.dual_encoder is not None:
+            self._deflections.update(self.dual_encoder.end_receive(self._feedback[0]))
         self._check_feedback()
         if self._publishing:
             self._publish_state()
@@ -506,6 +556,21 @@ class DamiaoBridge(Node):
         self.published += 1
         if on_system_clock:
             self.loop_record.message(time.time(), self._bus_stamp, fresh)
+        if self._deflections:
+            self._publish_motor_states(msg.header.stamp, q, fresh)
+
+    def _publish_motor_states(self, stamp, q, fresh) -> None:
+        """``motor_states`` for the joints of ``fresh`` whose deflection came in: q (n,) the
+        joint_states positions just published under ``stamp``, minus the deflection."""
+        joints = [j for j in fresh if j in self._deflections]
+        if not joints:
+            return
+        msg = JointState()
+        msg.header.stamp = stamp
+        msg.name = [self._names[j] for j in joints]
+        msg.position = [float(q[j]) - self._deflections.pop(j) for j in joints]
+        self._motor_states_pub.publish(msg)
+        self.motor_states_published += 1
 
     def _send(self, special: dict) -> None:
         """One frame per motor: ``special`` {joint: payload} of a request, else the MIT command
@@ -536,6 +601,11 @@ class DamiaoBridge(Node):
                 self._send_frame(*protocol.refresh_frame(can_id))
             if log:
                 self._log_mit[first + j] = mit
+        if self.dual_encoder is not None and self._publishing:
+            # after the cycle's commands: its id 0x7FF loses arbitration to them anyway
+            read = self.dual_encoder.request()
+            if read is not None:
+                self._send_frame(*protocol.read_register_frame(self.arm.can_ids[read[0]], read[1]))
         if log:
             self._log_next = (self._log_next + 1) % self._log_rows
             self._log_count = min(self._log_count + 1, self._log_rows)
@@ -755,14 +825,20 @@ class DamiaoBridge(Node):
         problems = [f"{self.bus_errors} bus errors" + (f", last: {self._last_bus_error}" if self.bus_errors else "")]
         if self.frames_rejected:
             problems.append(f"{self.frames_rejected} frames ignored, last: {self._last_rejected}")
+        counts = {"frames_sent": self.frames_sent, "frames_received": self.frames_received,
+                  "frames_rejected": self.frames_rejected, "frames_other_ids": self.frames_other,
+                  "commands_clamped": self.clamped, "register_replies_ignored": self.register_replies_ignored}
+        if self.dual_encoder is not None:
+            reads = self.dual_encoder.counters()
+            counts.update({f"register_{key}": value for key, value in reads.items()},
+                          motor_states_published=self.motor_states_published)
+            if reads["reads_lost"]:
+                problems.append(f"{reads['reads_lost']} register reads unanswered, "
+                                f"{reads['pairs_dropped']} motor_states samples dropped")
         array.status.append(DiagnosticStatus(
             level=DiagnosticStatus.WARN if self.bus_errors or self.frames_rejected else DiagnosticStatus.OK,
             name=f"{self._diagnostics_name}: bus", hardware_id=hardware, message="; ".join(problems),
-            values=[KeyValue(key="frames_sent", value=str(self.frames_sent)),
-                    KeyValue(key="frames_received", value=str(self.frames_received)),
-                    KeyValue(key="frames_rejected", value=str(self.frames_rejected)),
-                    KeyValue(key="frames_other_ids", value=str(self.frames_other)),
-                    KeyValue(key="commands_clamped", value=str(self.clamped))]))
+            values=[KeyValue(key=key, value=str(value)) for key, value in counts.items()]))
         self._diagnostics_pub.publish(array)
 
     # --- shutdown ---------------------------------------------------------------------------

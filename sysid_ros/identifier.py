@@ -7,6 +7,13 @@ Subscribes
     sysid/joint_state_block (std_msgs/Float64MultiArray), instead of joint_states with
     ``state_blocks``: mujoco_sim's state blocks (its docstring gives the layout), each sample
     screened and counted as a message of its own.
+    motor_states (sensor_msgs/JointState, position only; not with ``state_blocks``, whose rows
+    carry the motor side when the simulation has it): a double-encoder arm's motor-side
+    positions in joint units (motor angle / gear ratio, the joint's zero and sign), each message
+    stamped like the joint state it belongs to and naming any of the joints (a driver may read
+    them at some samples only); matched to the joint states by stamp. With them, params.json
+    carries each joint's transmission stiffness and damping and the residual model's inputs the
+    deflection. Screened and counted as joint_states are (``motor_rejections`` in the answer).
     sysid/done (std_msgs/Bool, transient local): the excitation ended (identify_on_done).
     robot_description (std_msgs/String, transient local): the arm's URDF (or MJCF), as
     robot_state_publisher publishes it; the model when parameter ``model`` is empty. The first
@@ -80,7 +87,7 @@ from sysid_core.identification.recording_files import read_recordings, write_ros
 from sysid_core.identification.residual import compensate
 from sysid_core.identification.run_size import ROWS_PER_CUTOFF, TARGET_ROWS, automatic_decimation, check_memory
 from sysid_core.identification import screening
-from sysid_core.results.export import params_document, write_params_json
+from sysid_core.results.export import add_transmission, params_document, write_params_json
 from sysid_core.results.payload import terminal_inertia, with_consistent_inertia
 from sysid_core.results.urdf_export import write_updated_robot
 from sysid_core.results.plots import write_plots
@@ -162,6 +169,8 @@ PARAMETERS = {
     "recording": ("", "rosbag2 bag (directory, .mcap or .db3) or recording CSV to identify from instead of the live "
                       "recording, e.g. one sysid/save_recording wrote; empty: the live recording"),
     "recording_topic": ("", "JointState topic in the bag of 'recording'; empty: this node's joint_states topic"),
+    "recording_motor_topic": ("", "motor-side JointState topic in the bag of 'recording' (a double-encoder arm's, "
+                                  "as sysid/save_recording writes it); empty: none"),
     "save_path": ("", "bag directory sysid/save_recording writes (it must not exist); empty: "
                       "<output_dir>/recording_<date>_<time>"),
     "state_blocks": (False, "record sysid/joint_state_block (the state blocks of mujoco_sim with state_blocks) "
@@ -249,11 +258,14 @@ class Identifier(Node):
         # loaded machine and for an identification holding the GIL
         joint_qos = QoSProfile(depth=JOINT_STATES_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
                                history=HistoryPolicy.KEEP_LAST)
+        # the motor side comes in the state blocks' rows when they carry it
+        self._motor_sub = None
         if self._param("state_blocks"):
             self._joint_sub = self.create_subscription(Float64MultiArray, "sysid/joint_state_block",
                                                        self._on_state_block, joint_qos)
         else:
             self._joint_sub = self.create_subscription(JointState, "joint_states", self._on_joint_state, joint_qos)
+            self._motor_sub = self.create_subscription(JointState, "motor_states", self._on_motor_state, joint_qos)
         # late subscribers (a dashboard started after the run) still get the last result
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -389,16 +401,29 @@ class Identifier(Node):
             self._tell(recording.refuse(screening.NO_MODEL, f"no model loaded ({self._load_failure[1]})"))
             return
         names = tuple(dims[1].label.split(",")) if len(dims) == 2 else ()
-        width = 1 + 3 * len(names)
-        if not names or dims[0].label != "samples" or dims[1].size != width or len(msg.data) != dims[0].size * width:
+        n = len(names)
+        width = dims[1].size if len(dims) == 2 else 0
+        # [stamp, q, dq, effort] per joint, and the motor side's position with elastic transmissions
+        if (not names or dims[0].label != "samples" or width not in (1 + 3 * n, 1 + 4 * n)
+                or len(msg.data) != dims[0].size * width):
             self._tell(recording.refuse(screening.INCOMPLETE, "a state block whose layout does not describe its "
                                                               "data (samples x [stamp, q, dq, effort] per joint)"))
             return
-        n = len(names)
         rows = np.frombuffer(msg.data).reshape(dims[0].size, width)
+        motor = rows[:, 1 + 3 * n:] if width == 1 + 4 * n else None
         for event in recording.add_block(names, rows[:, 0].astype(np.int64), rows[:, 1:1 + n], rows[:, 1 + n:1 + 2 * n],
-                                         rows[:, 1 + 2 * n:]):
+                                         rows[:, 1 + 2 * n:1 + 3 * n], motor):
             self._tell(event)
+
+    def _on_motor_state(self, msg: JointState) -> None:
+        recording = self.live_recording
+        if recording.joint_names is None and not self._start_recording():
+            return  # the joint states say why; a motor side without them is nothing to identify
+        stamp = msg.header.stamp
+        event = recording.add_motor(tuple(msg.name), stamp.sec * 1_000_000_000 + stamp.nanosec, msg.position)
+        if event is not None:
+            self._warn(f"motor-side JointState rejected: {event[1]} ({recording.motor_rejected} of "
+                       f"{recording.motor_received} rejected so far)")
 
     def _tell(self, event: tuple) -> None:
         """Log what LiveRecording.add reported: (kind, "message k: what")."""
@@ -469,7 +494,8 @@ class Identifier(Node):
             while path.exists():
                 k += 1
                 path = base.with_name(f"{base.name}_{k}")
-        write_rosbag(path, recording, topic=self._joint_sub.topic_name, storage="mcap", start_ns=0)
+        write_rosbag(path, recording, topic=self._joint_sub.topic_name, storage="mcap", start_ns=0,
+                     motor_topic=self.resolve_topic_name("motor_states"))
         self.get_logger().info(f"saved {counts.recorded} samples ({counts.stretches} stretches) to {path}")
         return Path(path)
 
@@ -623,7 +649,8 @@ class Identifier(Node):
         path = self._param("recording")
         topic = (self._param("recording_topic") if path else "") or self._joint_sub.topic_name
         if path:
-            loaded = read_recordings([path], robot.joint_names, topic=topic)
+            loaded = read_recordings([path], robot.joint_names, topic=topic,
+                                     motor_topic=self._param("recording_motor_topic") or None)
             self.get_logger().info(f"read {path}: {loaded.summary()}")
             measured, counts = saved_recording(loaded, self._param("min_samples"), path)
         else:
@@ -639,7 +666,7 @@ class Identifier(Node):
                            self._param("gear_ratios"))
         notes = screening.lost_sample_notes(counts.missing or 0, counts.recorded, topic)
         return Recording(measured.time, measured.q, measured.dq, tau, measured.joint_names,
-                         quality_notes=notes), counts
+                         quality_notes=notes, motor_q=measured.motor_q), counts
 
     def _publish_payload(self, result, robot: Robot, frame: str | None) -> dict | None:
         """Publish the payload (identified terminal body minus the model's) on sysid/payload as
@@ -701,6 +728,10 @@ class Identifier(Node):
         frame = self._param("payload_frame") or None
         document = params_document(result, robot, source=self._param("recording") or "ros", truth=truth,
                                    payload_frame=frame)
+        if recording.motor_q is not None:
+            warning = add_transmission(document, robot, result, identification, config.filter)
+            if warning:
+                self.get_logger().warning(warning)
         residual = None
         if self._param("residual") == "gmm":
             try:
@@ -759,6 +790,7 @@ class Identifier(Node):
             "rejections": counts.rejections,  # kind: count, first and last (message number: what)
             "stretches": counts.stretches,
             "missing_samples": missing,
+            "motor_states": counts.motor,  # None without motor-side positions
             "decimation": config.filter.decimation,
             "condition_number": document["condition_number"],
             "effort_mode": self._param("effort_mode"),

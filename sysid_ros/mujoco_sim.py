@@ -43,9 +43,9 @@ records them), ``joint_states`` carries only the last sample of each block (a li
 commanders and displays) and ``/clock`` is published once per block, at that sample. A message
 per sample costs tens of microseconds in rclpy, several times MuJoCo's own step: blocks are what
 lets a simulation run many times faster than real time. Block layout: ``layout.dim[0]`` label
-"samples", size m; ``layout.dim[1]`` label the joint names joined by commas, size 1 + 3n; row
-i = [stamp (ns of the simulated clock, exact in a double up to 104 days), position (n) rad,
-velocity (n) rad/s, effort (n) N m]. Without blocks every sample is a JointState and a /clock
+"samples", size m; ``layout.dim[1]`` label the joint names joined by commas, size 1 + 3n (1 + 4n
+with elastic transmissions); row i = [stamp (ns of the simulated clock, exact in a double up to
+104 days), position (n) rad, velocity (n) rad/s, effort (n) N m (, motor-side position (n) rad)]. Without blocks every sample is a JointState and a /clock
 message. rclpy's default executor takes one message per subscription per wait round, so
 ``steps_per_callback`` > 1 without blocks runs ahead of in-process subscribers (they drop samples
 once their queues are full); the events executor (``sysid-sim-identify``) takes them all.
@@ -64,6 +64,17 @@ Names are relative (``joint_states``, ``sysid/joint_command``, ``sysid/joint_tra
 ``sysid/joint_state_block``, ``sysid/done``) except ``/clock``, which ROS reads from the root:
 under a namespace, remap it (``-r /clock:=clock`` for this node and every node following its
 time) so two simulations do not share one clock.
+
+Elastic transmissions (``transmission_stiffness`` N m/rad per joint, ``transmission_damping``
+N m s/rad per joint, ``rotor_inertia`` kg m^2 per joint or empty for the model's armature): each
+joint driven through a spring and a damper from a rotor of its own
+(``sysid_core.simulation.elastic``), in MIT mode on the motor side (``kp``/``kd``, or gains of an
+8 Hz loop when not given). ``motor_states`` (sensor_msgs/JointState, position only, stamped as
+the ``joint_states`` sample it goes with) then carries the motor-side encoders, as a
+double-encoder arm reports them; with state blocks each row carries them too (below). What a real
+gearbox adds and no rigid model knows (``sysid_core.simulation.elastic.Gearbox``):
+``gearbox_load_friction`` (friction as a fraction of the transmitted torque), ``gearbox_ripple``
+(N m per joint, a cogging ripple of ``gearbox_ripple_per_rad`` periods per radian of the rotor).
 
 rate_hz: when the model's timestep does not divide the control period, the plant integrates
 with the largest timestep that does (``sysid_core.simulation.simulation_timing``; logged).
@@ -85,7 +96,8 @@ from trajectory_msgs.msg import JointTrajectory
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import SysidError
 from sysid_core.excitation.preview import Preview
-from sysid_core.simulation import MeasurementNoise
+from sysid_core.simulation import MeasurementNoise, default_gains
+from sysid_core.simulation.elastic import Gearbox, Transmission, elastic_plant
 from sysid_core.simulation.simulated_arm import SimulatedArm
 from sysid_ros.entry_point import spin_node
 
@@ -101,6 +113,8 @@ COMMAND_WAIT_S = 1.0
 WATCH_PERIOD_S = 0.05  # s between checks of the subscribers and of the commander
 
 DEFAULT_NOISE = MeasurementNoise()  # the project's default measurement noise
+# the MIT loop of an elastic arm when no gains are given: slow enough for any transmission
+ELASTIC_BANDWIDTH_HZ = 8.0
 
 
 def _stamp(nanoseconds: int) -> Time:
@@ -139,6 +153,12 @@ class MujocoSim(Node):
         self.declare_parameter('command_timeout_s', 0.1)
         self.declare_parameter('command_lead_s', 0.005)
         self.declare_parameter('wait_for_subscribers', 0)
+        self.declare_parameter('transmission_stiffness', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('transmission_damping', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('rotor_inertia', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('gearbox_load_friction', 0.0)
+        self.declare_parameter('gearbox_ripple', Parameter.Type.DOUBLE_ARRAY)
+        self.declare_parameter('gearbox_ripple_per_rad', 8.0)
 
         self.published = 0
         self.late_periods = 0  # real time: periods simulated (or given up) later than one callback after due
@@ -156,6 +176,7 @@ class MujocoSim(Node):
         self._state_pub = self.create_publisher(JointState, 'joint_states', QoSProfile(depth=STATE_DEPTH))
         self._clock_pub = self.create_publisher(ClockMsg, '/clock', QoSProfile(depth=10))
         self._block_pub = None
+        self._motor_pub = None
         self.create_subscription(JointState, 'sysid/joint_command', self._on_command, QoSProfile(depth=10))
         self.create_subscription(JointTrajectory, 'sysid/joint_trajectory', self._on_trajectory, QoSProfile(depth=1))
         self.create_subscription(Bool, 'sysid/done', self._on_done,
@@ -168,6 +189,8 @@ class MujocoSim(Node):
         self._realtime = bool(self.get_parameter('realtime').value)
         self._lead_ns = int(float(self.get_parameter('command_lead_s').value) * 1e9)
         self._subscribers = int(self.get_parameter('wait_for_subscribers').value)
+        if self.arm.elastic is not None:
+            self._motor_pub = self.create_publisher(JointState, 'motor_states', QoSProfile(depth=STATE_DEPTH))
         if self.get_parameter('state_blocks').value:
             self._block_pub = self.create_publisher(Float64MultiArray, 'sysid/joint_state_block',
                                                     QoSProfile(depth=STATE_DEPTH))
@@ -184,7 +207,8 @@ class MujocoSim(Node):
         self._on_watch()
         self.get_logger().info(
             f"simulating {self._model_path} ({len(self.joint_names)} joints) at {1e9 / self.arm.period_ns:g} Hz, "
-            f"{'MIT law' if self.kp is not None else 'computed-torque feedback'}, "
+            f"{'MIT law' if self.kp is not None else 'computed-torque feedback'}"
+            f"{' on the motor side of elastic transmissions' if self.arm.elastic is not None else ''}, "
             f"{'real time' if self._realtime else 'as fast as possible'}"
             f"{', state blocks on ' + self._block_pub.topic_name if self._block_pub else ''}; "
             f"{self.arm.timing.describe()}"
@@ -218,11 +242,29 @@ class MujocoSim(Node):
                                                          'dq_resolution', 'tau_resolution')]
         if any(not (np.isfinite(v) and v >= 0) for v in noise):
             raise ValueError(f'noise and resolution parameters must be finite and >= 0, got {noise}')
+        rate = float(param('rate_hz').value)
+        kp, kd = self._joint_array('kp'), self._joint_array('kd')
+        stiffness = self._joint_array('transmission_stiffness')
+        elastic, gearbox = None, None
+        load_friction, ripple = float(param('gearbox_load_friction').value), self._joint_array('gearbox_ripple')
+        if load_friction or ripple is not None:
+            gearbox = Gearbox(load_friction, 0.0 if ripple is None else ripple,
+                              float(param('gearbox_ripple_per_rad').value))
+        if stiffness is not None:
+            damping = self._joint_array('transmission_damping')
+            transmission = Transmission(stiffness, np.zeros_like(stiffness) if damping is None else damping,
+                                        self._joint_array('rotor_inertia'))
+            if kp is None and kd is None:
+                kp, kd = default_gains(robot.model, ELASTIC_BANDWIDTH_HZ)
+            elastic = elastic_plant(self._model_path, transmission, rate, (kp, kd))
+        elif (self._joint_array('transmission_damping') is not None or self._joint_array('rotor_inertia') is not None
+              or gearbox is not None):
+            raise ValueError('transmission_damping, rotor_inertia and the gearbox parameters need '
+                             'transmission_stiffness (an elastic transmission)')
         self.arm = SimulatedArm(
-            robot.model, robot.joint_range, float(param('rate_hz').value),
-            kp=self._joint_array('kp'), kd=self._joint_array('kd'), noise=MeasurementNoise(*noise),
+            robot.model, robot.joint_range, rate, kp=kp, kd=kd, noise=MeasurementNoise(*noise),
             seed=param('seed').value, initial_positions=self._joint_array('initial_positions'),
-            command_timeout_s=float(param('command_timeout_s').value))
+            command_timeout_s=float(param('command_timeout_s').value), elastic=elastic, gearbox=gearbox)
 
     def _joint_array(self, name) -> np.ndarray | None:
         try:
@@ -465,7 +507,8 @@ class MujocoSim(Node):
     def _publish(self, block):
         names = list(self.joint_names)
         if self._block_pub is not None:
-            rows = np.column_stack((block.stamp_ns.astype(float), block.q, block.dq, block.tau))
+            rows = np.column_stack((block.stamp_ns.astype(float), block.q, block.dq, block.tau)
+                                   + (() if block.motor_q is None else (block.motor_q,)))
             self._block_pub.publish(Float64MultiArray(layout=MultiArrayLayout(dim=[
                 MultiArrayDimension(label='samples', size=rows.shape[0], stride=rows.size),
                 MultiArrayDimension(label=','.join(names), size=rows.shape[1], stride=rows.shape[1])]),
@@ -480,6 +523,10 @@ class MujocoSim(Node):
                              effort=block.tau[k].tolist())
             msg.header.stamp = stamp
             self._state_pub.publish(msg)
+            if self._motor_pub is not None:
+                motor = JointState(name=names, position=block.motor_q[k].tolist())
+                motor.header.stamp = stamp
+                self._motor_pub.publish(motor)
         self.published += len(block)
 
     def _lateness(self) -> str:

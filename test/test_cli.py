@@ -276,3 +276,21 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     assert process.returncode == 130, (out, err)
     assert err.strip().splitlines() == ["sysid-identify: interrupted"]
     assert not list(tmp_path.iterdir())        # nothing written
+
+
+def test_cli_friction_from_bad_file_is_refused_before_any_work(tmp_path, capsys):
+    """--friction-from: a file that is missing, not JSON, or where this run would clear it."""
+    out = tmp_path / "out"
+    assert main([NOMINAL, "--friction-from", str(tmp_path / "none.json"), "--output-dir", str(out)]) == 2
+    assert "none.json: cannot be read" in capsys.readouterr().err
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{not json")
+    assert main([NOMINAL, "--friction-from", str(garbled), "--output-dir", str(out)]) == 2
+    assert "not a JSON file" in capsys.readouterr().err
+    # a sweep's file in the output directory would be cleared with the previous run's outputs
+    out.mkdir(exist_ok=True)
+    (out / "friction_sweep.json").write_text("{}")
+    assert main([NOMINAL, "--friction-from", str(out / "friction_sweep.json"), "--output-dir", str(out)]) == 2
+    assert "which is --friction-from it reads" in capsys.readouterr().err
+    assert (out / "friction_sweep.json").read_text() == "{}"
+    assert not (out / "params.json").exists()

@@ -378,3 +378,39 @@ def test_a_block_that_cannot_serve_the_joints_is_refused_whole():
     reports = live.add_block(*block(range(3), names=("j1", "j2", "other")))
     assert [kind for kind, _ in reports] == [screening.MISSING_JOINTS] * 3
     assert (live.received, live.rejected, live.stored) == (3, 3, 0)
+
+
+def test_motor_side_positions_are_screened_and_matched_to_their_joint_states_by_stamp():
+    """A double-encoder arm's motor side: any subset of the joints per message, matched by stamp;
+    a joint state without one has NaN there (not measured), bad motor-side messages are refused
+    and counted apart from the joint states."""
+    live = LiveRecording(100)
+    live.start(JOINTS)
+    assert live.motor is None  # no second ring until the first motor-side message
+    for i in range(10):
+        assert live.add(*message(i)) is None
+    stamp = [T0_NS + i * PERIOD_NS for i in range(10)]
+    assert live.add_motor(("j1", "j2", "j3", "extra"), stamp[0], [0.1, 0.2, 0.3, 9.0]) is None
+    assert live.add_motor(("j2",), stamp[1], [1.2]) is None                     # one joint read this time
+    kind, _ = live.add_motor(("j1", "j2", "j3"), stamp[2], [0.1, np.nan, 0.3])  # refused whole
+    assert kind == screening.NON_FINITE
+    assert live.add_motor(("j3", "j1"), stamp[4], [4.3, 4.1]) is None
+    assert live.add_motor(("other",), stamp[5], [1.0])[0] == screening.MISSING_JOINTS
+    assert live.add_motor(("j1", "j1"), stamp[6], [1.0, 2.0])[0] == screening.DUPLICATE_NAMES
+    assert live.add_motor(("j1",), stamp[3], [1.0])[0] == screening.STAMP_ORDER  # earlier than the last kept
+    assert live.add_motor(("j1",), 0, [1.0])[0] == screening.STAMP_ORDER       # unstamped: nothing to match
+    assert live.add_motor(("j1", "j2", "j3"), stamp[9] + 1, [9.1, 9.2, 9.3]) is None  # no joint state of its stamp
+    recording, counts = live.snapshot(1, "joint_states")
+    nan = np.nan
+    expected = np.full((10, 3), nan)
+    expected[0], expected[1, 1], expected[4, [0, 2]] = [0.1, 0.2, 0.3], 1.2, [4.1, 4.3]
+    np.testing.assert_array_equal(recording.motor_q, expected)
+    assert counts.motor["received"] == 9 and counts.motor["rejected"] == 5 and counts.motor["matched"] == 1
+    assert counts.rejected == 0 and counts.received == 10  # the joint states' counts are their own
+    # with the joints' columns through select, and forgotten on clear
+    np.testing.assert_array_equal(recording.select(("j3", "j1")).motor_q, expected[:, [2, 0]])
+    live.clear()
+    assert live.motor_received == 0 and live.motor.size == 0
+    for i in range(3):
+        live.add(*message(i))
+    assert live.snapshot(1, "joint_states")[0].motor_q is None

@@ -197,12 +197,16 @@ def test_csv_with_motor_side_positions(arm, tmp_path):
     (tmp_path / "hand.csv").write_text(
         "time,a_position,a_velocity,a_effort,a_motor_position,b_position,b_velocity,b_effort,b_motor_position\n"
         "0.000,0.1,1,1,0.09,0.2,2,2,0.19\n"
-        "0.001,0.2,1,1,,0.2,2,2,0.19\n"      # no motor position
+        "0.001,0.2,1,1,,0.2,2,2,0.19\n"      # a motor side not measured at this sample
         "0.002,0.3,1,1,inf,0.2,2,2,0.19\n"   # infinite
-        "0.003,0.4,1,1,0.39,0.3,2,2,0.29\n")
+        "0.003,0.4,1,1,0.39,0.3,2,2,0.29\n"
+        "0.004,0.5,,1,0.49,0.3,2,2,0.29\n")  # no velocity
     hand = rf.read_csv(tmp_path / "hand.csv", ("a", "b"))
-    np.testing.assert_array_equal(hand.recording.motor_q, [[0.09, 0.19], [0.39, 0.29]])
+    np.testing.assert_array_equal(hand.recording.motor_q, [[0.09, 0.19], [np.nan, 0.19], [0.39, 0.29]])
     assert hand.dropped == {"with a missing or non-numeric value": 1, "with NaN or infinite values": 1}
+    # written back, the unmeasured cell stays unmeasured
+    rf.write_csv(tmp_path / "hand_back.csv", hand.recording)
+    np.testing.assert_array_equal(rf.read_csv(tmp_path / "hand_back.csv").recording.motor_q, hand.recording.motor_q)
     (tmp_path / "half.csv").write_text(
         "time,a_position,a_velocity,a_effort,a_motor_position,b_position,b_velocity,b_effort\n0,0,0,0,0,0,0,0\n")
     with pytest.raises(DataError, match=r"\['b_motor_position'\] as well"):
@@ -223,7 +227,7 @@ def test_bag_with_a_motor_side_topic(arm, tmp_path):
         rf.read_rosbag(tmp_path / "bag", robot.joint_names, motor_topic="/motors")
     with pytest.raises(DataError, match="--stamps header"):
         rf.read_rosbag(tmp_path / "bag", robot.joint_names, stamps="receive", motor_topic="/motor_states")
-    # by hand: a motor-side message missing, one without joint b, one stamped apart
+    # by hand: a motor-side message missing, one without joint b, one stamped apart: not measured there
     types = TYPES.types
     header, stamp_type = types["std_msgs/msg/Header"], types["builtin_interfaces/msg/Time"]
     with Writer(tmp_path / "hand", version=9) as writer:
@@ -244,8 +248,14 @@ def test_bag_with_a_motor_side_topic(arm, tmp_path):
                                      velocity=np.zeros(0), effort=np.zeros(0))
             writer.write(motors, stamp + off, TYPES.serialize_cdr(msg, JOINT_STATE))
     hand = rf.read_rosbag(tmp_path / "hand", ("a", "b"), motor_topic="/motor_states")
-    np.testing.assert_allclose(hand.recording.motor_q, [[-0.01, 0.19], [0.09, 0.19], [0.49, 0.19]])
-    assert hand.dropped == {"without a motor-side sample of the same stamp": 2, "with NaN or infinite values": 1}
+    nan = np.nan
+    np.testing.assert_allclose(hand.recording.motor_q, [[-0.01, 0.19], [0.09, 0.19], [nan, nan], [0.29, nan],
+                                                        [nan, nan], [0.49, 0.19]])
+    assert hand.dropped == {}
+    # written again, each sample's motor-side message names the joints measured there
+    rf.write_rosbag(tmp_path / "again", hand.recording, start_ns=EPOCH_NS, motor_topic="/motor_states")
+    np.testing.assert_array_equal(rf.read_rosbag(tmp_path / "again", ("a", "b"), motor_topic="/motor_states")
+                                  .recording.motor_q, hand.recording.motor_q)
 
 
 def test_files_are_separate_stretches_never_filtered_across_the_seam(arm):

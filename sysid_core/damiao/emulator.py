@@ -56,16 +56,33 @@ Choices where the reference is silent (each a plain rule the host can rely on):
 * the feedback torque is the law evaluated at the state of the reply (what the next step applies);
 * registers: MST_ID 7, ESC_ID 8, TIMEOUT 9, CTRL_MODE 10, PMAX/VMAX/TMAX 21-23 (float32, so a
   table value like 12.566 reads back as its float32 neighbour), CAN_BR 35 = 4 (1 Mbit/s), and
-  the read-only output position 81. A write whose value the drive could not use (limit <= 0 or
-  NaN, CTRL_MODE outside 1..4) is refused and answered with the unchanged value. Unknown
-  RIDs get no reply;
+  the read-only encoders of a DM-J*-2EC: p_m 80, the motor-side position (the rotor's, in the
+  motor's units: direction and offset applied, multi-turn), and xout 81, the output shaft's
+  (the link's, same units) wrapped into [-pi, pi) as a single-turn encoder reads it (the
+  manuals leave its range open). Without a transmission both read the one rigid position (81
+  wrapped). Writes to them are answered with the value and change nothing. A write whose value
+  the drive could not use (limit <= 0 or NaN, CTRL_MODE outside 1..4) is refused and answered
+  with the unchanged value. Unknown RIDs get no reply;
 * save (0xAA) is answered by echoing the request while disabled and not at all while enabled.
 
 Deliberately NOT emulated: measurement noise (the 16/12-bit quantisation of the protocol is the
-realistic error), the current loop and motor electrics (the torque is exact), a gearbox
-(positions are output-shaft positions), temperatures (constant), other control modes
+realistic error), the current loop and motor electrics (the torque is exact), a gearbox's
+backlash and ripple (without ``transmission`` it is rigid: motor and output positions are one),
+temperatures (constant), other control modes
 (CTRL_MODE != 1 means zero torque), flash (save stores nothing that survives the object) and
 ID changes (writes to MST_ID/ESC_ID/CAN_BR are stored and read back but do not re-route).
+
+An elastic transmission (``transmission``, a ``simulation.elastic.Transmission``): the plant is
+``simulation.elastic.elastic_plant``'s arm, a rotor hinge ``<joint>_rotor`` per joint carrying
+the armature and the joint's damping and friction loss, tied to the link by a spring and damper
+(tau_link = -(k delta + c d delta/dt), delta = q_link - q_rotor). The motor is the rotor: its
+MIT torque and the plant's friction law act on the rotor hinge, the MIT law sees the rotor's
+state, and the feedback frame reports it (the motor side, as a 2EC motor's feedback does);
+register 81 reads the link. The spring and the drive's gains are integrated explicitly, so the
+timestep is the file's divided into as many substeps as the stiffest of them needs at
+``drive_gains`` (the largest kp, kd the host will send; by default the MIT frame's maxima, safe
+for any command but the most steps): ``advance`` and the real-time thread step at that shorter
+timestep. Contacts and actuators stay as the file has them; gravity compensation is off.
 
 Two ways to run it:
 
@@ -104,7 +121,9 @@ import can
 import mujoco
 import numpy as np
 
+from ..errors import DataError
 from ..simulation import diverged
+from ..simulation.elastic import Transmission, elastic_plant
 from . import protocol as dm
 from .protocol import MotorLimits
 
@@ -129,7 +148,8 @@ MAX_CATCHUP_STEPS = 5
 # not be answered usefully by a real drive either.
 _KNOWN_REGISTERS = frozenset((dm.RID_MST_ID, dm.RID_ESC_ID, dm.RID_TIMEOUT, dm.RID_CTRL_MODE,
                               dm.RID_PMAX, dm.RID_VMAX, dm.RID_TMAX, dm.RID_CAN_BR,
-                              dm.RID_OUTPUT_POSITION))
+                              dm.RID_MOTOR_POSITION, dm.RID_OUTPUT_POSITION))
+_ENCODER_REGISTERS = (dm.RID_MOTOR_POSITION, dm.RID_OUTPUT_POSITION)
 _LIMIT_REGISTERS = (dm.RID_PMAX, dm.RID_VMAX, dm.RID_TMAX)
 _SPECIAL_PREFIX = b"\xff" * 7
 _SPECIAL_CODES = frozenset((dm.CMD_ENABLE, dm.CMD_DISABLE, dm.CMD_SAVE_ZERO, dm.CMD_CLEAR_ERROR))
@@ -217,6 +237,34 @@ def _temperature_bytes(temperatures) -> tuple[int, int]:
     return tuple(min(max(int(round(t)), 0), 255) for t in values)
 
 
+def _elastic_model(model_path, transmission: Transmission, drive_gains):
+    """The elastic arm of the file ``model_path`` (``elastic_plant``), stepped at the file's
+    timestep divided into the substeps the spring and ``drive_gains`` (kp (n,), kd (n,), or
+    None: the MIT frame's maxima) need. Returns (model, joint names (n,), (link qpos, link dof,
+    rotor qpos, rotor dof) addresses (n,) each)."""
+    if isinstance(model_path, mujoco.MjModel):
+        raise ValueError("a transmission needs the model's file (a path): the rotors are added to its spec")
+    path = str(Path(model_path))
+    rigid = mujoco.MjModel.from_xml_path(path)
+    if drive_gains is None:
+        drive_gains = (np.full(rigid.njnt, dm.KP_MAX), np.full(rigid.njnt, dm.KD_MAX))
+    try:
+        kp, kd = (np.broadcast_to(np.asarray(g, dtype=float), (rigid.njnt,)) for g in drive_gains)
+    except (TypeError, ValueError):
+        raise ValueError(f"drive_gains must be (kp, kd), each {rigid.njnt} values, got {drive_gains!r}") from None
+    if not (np.all(np.isfinite(kp)) and np.all(np.isfinite(kd)) and np.all(kp >= 0) and np.all(kd >= 0)):
+        raise ValueError(f"drive_gains must be finite and >= 0, got {drive_gains!r}")
+    # one sample per file timestep: the substeps then come from the spring and the gains alone
+    try:
+        plant = elastic_plant(path, transmission, 1.0 / float(rigid.opt.timestep), (kp, kd))
+    except DataError as err:
+        raise ValueError(str(err)) from None
+    model = plant.model
+    # the emulator keeps the file's contacts and idle actuators, as it does for a rigid arm
+    model.opt.disableflags = rigid.opt.disableflags
+    return model, plant.joint_names, (plant.link_qpos, plant.link_dof, plant.rotor_qpos, plant.rotor_dof)
+
+
 class _MotorState:
     """Mutable per-motor state that is not in the vectorised arrays of VirtualDamiaoArm."""
 
@@ -224,7 +272,7 @@ class _MotorState:
 
     def __init__(self, spec: EmulatedMotor, index: int, timeout_ticks: int):
         self.spec = spec
-        self.index = index                   # joint index = dof index (hinge/slide only)
+        self.index = index                   # joint index (the emulator maps it to qpos and dof)
         self.status = dm.STATUS_DISABLED
         self.silent = False
         lim = spec.default_limits()
@@ -259,30 +307,50 @@ class VirtualDamiaoArm:
       velocity, with ``joint_friction`` (see the module docstring); "constraint" leaves them to
       MuJoCo (soft frictionloss constraint, implicit damping) and adds ``joint_friction``
       explicitly. The model passed in is not changed (the emulator works on a copy).
+    transmission: None (rigid) or a ``simulation.elastic.Transmission`` (stiffness, damping and
+      rotor inertia per joint, joint order of the file; hinge joints only, ``model_path`` a
+      file): the elastic arm of the module docstring. ``joint_friction`` then gets the rotors'
+      velocities (n,) rad/s and acts on the rotors.
+    drive_gains: with a transmission, (kp (n,) N m/rad, kd (n,) N m s/rad), the largest gains
+      the host will send, for the timestep; None: the MIT frame's maxima.
 
     Raises ValueError for an inconsistent model/motor set. Read-only state for tests and the
-    caller: ``sim_time`` s, ``q``/``dq`` (n,) true joint state, ``tau`` (n,) joint torques of
-    the last step, ``status(can_id)``, ``enabled(can_id)``, ``frames_received``, ``error``.
+    caller: ``sim_time`` s, ``q``/``dq`` (n,) true joint (link-side) state, ``motor_q``/
+    ``motor_dq`` (n,) true motor-side state in joint units (= ``q``/``dq`` without a
+    transmission), ``tau`` (n,) joint torques of the last step, ``status(can_id)``,
+    ``enabled(can_id)``, ``frames_received``, ``error``.
     """
 
     def __init__(self, model_path, motors, *, interface="virtual", channel="sysid_damiao",
                  bus_kwargs=None, timeout_ticks=0, initial_positions=None, realtime=True,
-                 temperatures=(30, 35), delay=0.0, joint_friction=None, frictionloss="law"):
-        if isinstance(model_path, mujoco.MjModel):
+                 temperatures=(30, 35), delay=0.0, joint_friction=None, frictionloss="law",
+                 transmission: Transmission | None = None, drive_gains=None):
+        if transmission is not None:
+            self._model, names, addresses = _elastic_model(model_path, transmission, drive_gains)
+        elif drive_gains is not None:
+            raise ValueError("drive_gains set the timestep of an elastic transmission: give a transmission too")
+        elif isinstance(model_path, mujoco.MjModel):
             self._model = copy.copy(model_path)       # a deep copy: its friction is changed below
         else:
             self._model = mujoco.MjModel.from_xml_path(str(Path(model_path)))
         model = self._model
         self._data = mujoco.MjData(model)
-        n = model.njnt
-        self.joint_names = tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}"
-                                 for j in range(n))
-        sliding = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-        bad = [name for name, t in zip(self.joint_names, model.jnt_type) if int(t) not in sliding]
-        if bad:
-            raise ValueError(f"joints {bad} are neither hinge nor slide: a Damiao motor drives one "
-                             "degree of freedom")
-        # hinge/slide only, so joint j owns qpos[j] and qvel[j]: the arrays below index both
+        if transmission is None:
+            n = model.njnt
+            names = tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}" for j in range(n))
+            sliding = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+            bad = [name for name, t in zip(names, model.jnt_type) if int(t) not in sliding]
+            if bad:
+                raise ValueError(f"joints {bad} are neither hinge nor slide: a Damiao motor drives one "
+                                 "degree of freedom")
+            # hinge/slide only, so joint j owns qpos[j] and qvel[j]; motor and link are one
+            addresses = (np.arange(n),) * 4
+        n = len(names)
+        self.joint_names = names
+        self._elastic = transmission is not None
+        # qpos and dof addresses (n,) each, joint order: the link's hinge and the motor's (the
+        # rotor's, or the same hinge when rigid); the motor arrays below are indexed by joint
+        self._link_qpos, self._link_dof, self._motor_qpos, self._motor_dof = addresses
 
         if isinstance(timeout_ticks, bool) or not isinstance(timeout_ticks, numbers.Integral) \
                 or not 0 <= timeout_ticks <= 0xFFFFFFFF:
@@ -334,6 +402,7 @@ class VirtualDamiaoArm:
         self._scripts = {}                      # motor index -> [(sim time, status), ...] still to come
         self._next_script = np.inf              # sim time of the earliest of them
         self._buf_p, self._buf_v, self._buf_t = np.empty(n), np.empty(n), np.empty(n)
+        self._buf_x = np.empty(n)
 
         self._set_initial_positions(initial_positions)
         self._data.ctrl[:] = 0.0                # the model's own actuators stay idle
@@ -385,20 +454,23 @@ class VirtualDamiaoArm:
 
     def _set_initial_positions(self, initial_positions) -> None:
         data = self._data
+        links = self._link_qpos
         if initial_positions is not None:
             if isinstance(initial_positions, Mapping):
                 index = {name: j for j, name in enumerate(self.joint_names)}
                 for name, value in initial_positions.items():
                     if name not in index:
                         raise ValueError(f"initial_positions names joint '{name}', which is not in the model")
-                    data.qpos[index[name]] = float(value)
+                    data.qpos[links[index[name]]] = float(value)
             else:
                 q0 = np.asarray(initial_positions, dtype=float)
-                if q0.shape != (self._model.nq,):
-                    raise ValueError(f"initial_positions must have shape ({self._model.nq},), got {q0.shape}")
-                data.qpos[:] = q0
+                if q0.shape != (len(links),):
+                    raise ValueError(f"initial_positions must have shape ({len(links)},), got {q0.shape}")
+                data.qpos[links] = q0
             if not np.all(np.isfinite(data.qpos)):
                 raise ValueError("initial_positions must be finite")
+        # an elastic arm starts undeflected: each rotor on its link's angle
+        data.qpos[self._motor_qpos] = data.qpos[links]
         data.qvel[:] = 0.0
         mujoco.mj_forward(self._model, data)
 
@@ -447,15 +519,29 @@ class VirtualDamiaoArm:
 
     @property
     def q(self) -> np.ndarray:
-        """True joint positions (n,), model joint order, rad (m for slides); a copy."""
+        """True joint (link-side) positions (n,), model joint order, rad (m for slides); a copy."""
         with self._lock:
-            return self._data.qpos.copy()
+            return self._data.qpos[self._link_qpos]
 
     @property
     def dq(self) -> np.ndarray:
-        """True joint velocities (n,), rad/s (m/s); a copy."""
+        """True joint (link-side) velocities (n,), rad/s (m/s); a copy."""
         with self._lock:
-            return self._data.qvel.copy()
+            return self._data.qvel[self._link_dof]
+
+    @property
+    def motor_q(self) -> np.ndarray:
+        """True motor-side positions (n,) in joint units (the rotor's angle: motor angle / gear
+        ratio, the joint's zero and sign), rad; ``q`` without a transmission; a copy. The
+        deflection is ``q - motor_q``."""
+        with self._lock:
+            return self._data.qpos[self._motor_qpos]
+
+    @property
+    def motor_dq(self) -> np.ndarray:
+        """True motor-side velocities (n,) in joint units, rad/s; ``dq`` without a transmission."""
+        with self._lock:
+            return self._data.qvel[self._motor_dof]
 
     @property
     def tau(self) -> np.ndarray:
@@ -620,15 +706,24 @@ class VirtualDamiaoArm:
         """One MuJoCo step under the MIT law of every motor; then the watchdog."""
         t0 = time.perf_counter()
         data = self._data
-        p, v, t = self._buf_p, self._buf_v, self._buf_t
-        # motor-side state; arrays are preallocated: this runs 1000 times a second
-        # the state at mid-step: p + v dt/2 and v + a dt/2 (a of the last step)
-        np.multiply(data.qvel, 0.5 * self._dt, out=p)
-        p += data.qpos
+        p, v, t, x = self._buf_p, self._buf_v, self._buf_t, self._buf_x
+        # motor-side state (the rotor's with a transmission); arrays are preallocated: this runs
+        # 1000 times a second or more; the state at mid-step: p + v dt/2 and v + a dt/2 (a of the
+        # last step)
+        motor_dof = self._motor_dof
+        if self._elastic:
+            # the rotors' entries, into buffers (t and v are overwritten only once used)
+            qvel = np.take(data.qvel, motor_dof, out=x)
+            qpos = np.take(data.qpos, self._motor_qpos, out=t)
+            qacc = np.take(data.qacc, motor_dof, out=v)
+        else:
+            qvel, qpos, qacc = data.qvel, data.qpos, data.qacc
+        np.multiply(qvel, 0.5 * self._dt, out=p)
+        p += qpos
         p -= self._offset
         p *= self._dir
-        np.multiply(data.qacc, 0.5 * self._dt, out=v)
-        v += data.qvel
+        np.multiply(qacc, 0.5 * self._dt, out=v)
+        v += qvel
         v *= self._dir
         np.subtract(self._p_des, p, out=p)
         p *= self._kp
@@ -640,7 +735,12 @@ class VirtualDamiaoArm:
         np.minimum(t, self._tmax, out=t)
         np.maximum(t, self._neg_tmax, out=t)
         np.multiply(t, self._active, out=self._motor_tau)
-        np.multiply(self._motor_tau, self._gain, out=data.qfrc_applied)
+        if self._elastic:
+            # the motor turns the rotor; the link gets only what the spring passes
+            data.qfrc_applied[:] = 0.0
+            data.qfrc_applied[motor_dof] = self._motor_tau * self._gain
+        else:
+            np.multiply(self._motor_tau, self._gain, out=data.qfrc_applied)
         if self._law:
             velocity = np.array(data.qvel)
             friction = self._friction_law(velocity)
@@ -651,7 +751,10 @@ class VirtualDamiaoArm:
             self._model.dof_damping[:] = half
             data.qfrc_applied -= friction - half * velocity
         elif self._friction is not None:
-            data.qfrc_applied -= self._friction(np.array(data.qvel))
+            if self._elastic:
+                data.qfrc_applied[motor_dof] -= self._friction(data.qvel[motor_dof])
+            else:
+                data.qfrc_applied -= self._friction(np.array(data.qvel))
         mujoco.mj_step(self._model, data)
         self._steps += 1
         while self._pending and data.time >= self._pending[0][0] - _TIME_EPS:
@@ -668,10 +771,15 @@ class VirtualDamiaoArm:
             self._step_cost_max = cost
 
     def _friction_law(self, velocity: np.ndarray) -> np.ndarray:
-        """The plant's friction F (n,) N m at joint velocities (n,) rad/s (frictionloss='law')."""
+        """The plant's friction F (nv,) N m at dof velocities (nv,) rad/s (frictionloss='law'):
+        the model's damping and frictionloss at every dof (an elastic arm has them on its
+        rotors), ``joint_friction`` at the motors' dofs."""
         out = self._damping * velocity + self._coulomb * np.tanh(velocity / COULOMB_SMOOTHING)
         if self._friction is not None:
-            out += self._friction(velocity)
+            if self._elastic:
+                out[self._motor_dof] += self._friction(velocity[self._motor_dof])
+            else:
+                out += self._friction(velocity)
         return out
 
     def _divergence_message(self) -> str:
@@ -751,8 +859,8 @@ class VirtualDamiaoArm:
     def _motor_state(self, i: int) -> tuple[float, float, float]:
         """Motor-side (p rad, v rad/s, T N m) now; T is the torque the law gives at this state."""
         d = self._dir[i]
-        p = d * (self._data.qpos[i] - self._offset[i])
-        v = d * self._data.qvel[i]
+        p = d * (self._data.qpos[self._motor_qpos[i]] - self._offset[i])
+        v = d * self._data.qvel[self._motor_dof[i]]
         if not self._active[i]:
             return p, v, 0.0
         t = self._kp[i] * (self._p_des[i] - p) + self._kd[i] * (self._v_des[i] - v) + self._t_ff[i]
@@ -822,8 +930,8 @@ class VirtualDamiaoArm:
                     s.status = dm.STATUS_DISABLED
             elif code == dm.CMD_SAVE_ZERO:
                 if s.status != dm.STATUS_ENABLED:
-                    # p_motor = direction * (q - offset) becomes 0 at the present joint position
-                    self._offset[i] = self._data.qpos[i]
+                    # p_motor = direction * (q - offset) becomes 0 at the present motor position
+                    self._offset[i] = self._data.qpos[self._motor_qpos[i]]
         elif (s.status == dm.STATUS_ENABLED
               and s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT):
             cmd = dm.decode_mit(data, s.limits)
@@ -861,15 +969,20 @@ class VirtualDamiaoArm:
         return s, dm.encode_register_reply(req.can_id, req.op, req.rid, self._read_register(s, req.rid))
 
     def _read_register(self, s: _MotorState, rid: int):
+        i = s.index
+        if rid == dm.RID_MOTOR_POSITION:
+            return _float32(self._motor_state(i)[0])
         if rid == dm.RID_OUTPUT_POSITION:
-            return _float32(self._motor_state(s.index)[0])
+            # the output shaft's single-turn encoder, on the motor's zero and sign
+            link = self._dir[i] * (self._data.qpos[self._link_qpos[i]] - self._offset[i])
+            return _float32(link - 2.0 * math.pi * math.floor((link + math.pi) / (2.0 * math.pi)))
         return s.registers[rid]
 
     def _write_register(self, s: _MotorState, rid: int, value) -> None:
         """Store a written value; a value the drive could not use is refused (the reply then
         carries the unchanged register, so the host sees the write did not take)."""
         i = s.index
-        if rid == dm.RID_OUTPUT_POSITION:
+        if rid in _ENCODER_REGISTERS:
             return                                  # a measurement, not a setting
         if rid in _LIMIT_REGISTERS:
             if not (math.isfinite(value) and value > 0):

@@ -12,11 +12,14 @@ tau_f(+-v) = tau(+-v) - g, which the direction-dependent laws (``asymmetric``,
 ``high_low_speed``) need.
 
 Each law of ``dynamics.friction`` is fitted per joint to the points by separable least squares
-(its linear parameters exactly, its nonlinear ones by ``fit_nonlinear``), with its RMSE.
+(its linear parameters exactly, its nonlinear ones by ``fit_nonlinear``), with its RMSE and the
+standard deviation of each parameter (``parameter_std``). ``choose_law`` picks, per joint, the
+law the points support best for the fewest parameters (Bayesian information criterion), the law
+a later identification takes as the joint's known friction (``known_friction``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -51,10 +54,13 @@ class FrictionPoints:
 
 @dataclass(frozen=True, eq=False)
 class FrictionCurve:
-    """A law fitted to a joint's points: ``friction`` (JointFriction), ``rmse`` N m."""
+    """A law fitted to a joint's points: ``friction`` (JointFriction), ``rmse`` N m, ``std``
+    {parameter: standard deviation in its unit, or None where the points do not determine it}
+    (``parameter_std``; empty when not computed)."""
 
     friction: JointFriction
     rmse: float
+    std: dict = field(default_factory=dict)
 
 
 def friction_points(recording: Recording, segments, gravity: Callable[[np.ndarray], np.ndarray] | None = None
@@ -132,5 +138,81 @@ def fit_friction_curves(points: FrictionPoints, laws=FRICTION_MODELS) -> dict:
             curves[name] = (f"not determined by these points (the fitted curve reaches {swing:.3g} N m between "
                             f"them, the points {np.max(np.abs(f)):.3g} N m)")
             continue
-        curves[name] = FrictionCurve(friction, float(np.sqrt(np.mean((friction.torque(v) - f) ** 2))))
+        curves[name] = FrictionCurve(friction, float(np.sqrt(np.mean((friction.torque(v) - f) ** 2))),
+                                     parameter_std(points, friction))
     return curves
+
+
+def _mirrored(points: FrictionPoints) -> int:
+    """How many points each independent measurement stands for: 2 for the odd part (each
+    speed's pair is one value, mirrored), else 1."""
+    return 2 if points.odd else 1
+
+
+def parameter_std(points: FrictionPoints, friction: JointFriction) -> dict:
+    """{parameter: standard deviation} of a law fitted to ``points`` (SI units, None where not
+    determined), linearised at the fit: cov = m s^2 (J^T J)^+ with J the derivatives of the
+    curve at the points in every parameter (the nonlinear ones by central differences), m the
+    points per independent measurement (2 for mirrored points, which repeat each value) and s^2
+    the points' scatter about the law, RSS / (K - m p), or the mean square of their own standard
+    errors when that is larger (a law through every point is no better known than the points).
+    A nonlinear parameter the law was given (not estimated), a threshold (a step in the law: no
+    derivative) and every parameter of a law with as many parameters as independent points get
+    None; ``static`` (coulomb + stribeck) its own."""
+    v = np.asarray(points.velocity, dtype=float)
+    model = friction.model
+    names = list(model.linear_names) + list(model.nonlinear_names) + (["static"] if "static" in friction.parameters
+                                                                       else [])
+    smooth = [k for k in model.free if k != "threshold"]
+    m = _mirrored(points)
+    dof = v.size - m * (len(model.linear_names) + len(smooth))
+    if dof <= 0:
+        return {k: None for k in names}
+    columns = [features(model, v, friction.nonlinear, friction.smoothing)]
+    values = dict(zip(model.nonlinear_names, friction.nonlinear))
+    for k in smooth:
+        step = 1e-5 * abs(values[k])
+        shifted = []
+        for sign in (1.0, -1.0):
+            trial = dict(values, **{k: values[k] + sign * step})
+            shifted.append(JointFriction(model, friction.linear, tuple(trial[n] for n in model.nonlinear_names),
+                                         friction.smoothing).torque(v))
+        columns.append(((shifted[0] - shifted[1]) / (2 * step))[:, None])
+    jacobian = np.concatenate(columns, axis=1)
+    rss = float(np.sum((friction.torque(v) - np.asarray(points.torque, dtype=float)) ** 2))
+    scatter = max(rss / dof, float(np.mean(np.asarray(points.std, dtype=float) ** 2)))
+    cov = m * scatter * np.linalg.pinv(jacobian.T @ jacobian)
+    order = list(model.linear_names) + smooth
+    out = {k: None for k in names}
+    for i, k in enumerate(order):
+        out[k] = float(np.sqrt(max(cov[i, i], 0.0)))
+    if "static" in out:
+        a, b = order.index("coulomb"), order.index("stribeck")
+        out["static"] = float(np.sqrt(max(cov[a, a] + cov[b, b] + 2 * cov[a, b], 0.0)))
+    return out
+
+
+def choose_law(points: FrictionPoints, curves: dict):
+    """The name of the law in ``curves`` ({law: FrictionCurve or reason}) the points support
+    best, or None when none was fitted with at most as many parameters as independent points.
+
+    Bayesian information criterion over the K' independent points (K / m, see
+    ``parameter_std``): K' ln(RSS' / K') + p ln K', the lowest wins. RSS' is the residual
+    sum of squares of the independent points, floored at the sum of the points' own squared
+    standard errors: a law closer to the points than they are known is no better for it, so
+    between laws that both fit within the points' errors the one with fewer parameters wins."""
+    m = _mirrored(points)
+    count = np.asarray(points.velocity).size / m
+    floor = float(np.sum(np.asarray(points.std, dtype=float) ** 2)) / m
+    best, chosen = np.inf, None
+    for name, curve in curves.items():
+        if not isinstance(curve, FrictionCurve):
+            continue
+        p = len(curve.friction.model.linear_names) + len(curve.friction.model.free)
+        if p > count:
+            continue
+        rss = count * curve.rmse ** 2
+        score = count * np.log(max(rss, floor, np.finfo(float).tiny) / count) + p * np.log(count)
+        if score < best:
+            best, chosen = score, name
+    return chosen

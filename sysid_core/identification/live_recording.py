@@ -6,7 +6,11 @@ moment while the stream goes on.
 each message on its own (screening: names, finite values, stamps) and counts what it refused,
 by kind with the first and the last of each. ``snapshot`` turns the samples into one Recording
 (a stretch of its own after each jump of the source's clock) with the counts at that moment;
-``saved_recording`` counts a recording file the same way. The effort is kept as received:
+``saved_recording`` counts a recording file the same way. A double-encoder arm's motor-side
+positions (``add_motor``, a stream of their own, any subset of the joints per message) are
+kept in a second ring, allocated at the first of them, and matched to the joint samples by stamp
+at ``snapshot``: NaN where a joint's motor side came with no sample of that stamp (read at some
+samples only, or lost). The effort is kept as received:
 ``joint_torque`` turns it into joint torque at identification time (``EFFORT_MODES``), so the
 same samples can be identified again under another reading of the effort.
 """
@@ -42,13 +46,15 @@ _NS_PER_S = 1_000_000_000
 class SampleBuffer:
     """The latest ``capacity`` joint samples, in one array preallocated at construction.
 
-    Row layout: [stamp (s), q (n) rad, dq (n) rad/s, effort (n) as received], columns in
-    ``joint_names`` order. When full, each new sample overwrites the oldest.
+    Row layout: [stamp (s), then ``fields`` blocks of n values], columns in ``joint_names``
+    order: by default q (n) rad, dq (n) rad/s, effort (n) as received. When full, each new
+    sample overwrites the oldest.
     """
 
-    def __init__(self, capacity: int, joint_names):
+    def __init__(self, capacity: int, joint_names, fields: int = 3):
         self.joint_names = tuple(joint_names)
-        self.data = np.zeros((int(capacity), 1 + 3 * len(self.joint_names)))
+        self.fields = int(fields)
+        self.data = np.zeros((int(capacity), 1 + self.fields * len(self.joint_names)))
         self.clear()
 
     @property
@@ -65,7 +71,7 @@ class SampleBuffer:
         self.overwritten = 0
 
     def next_row(self) -> np.ndarray:
-        """The row (1 + 3n,) to fill with the next sample, a view into the buffer."""
+        """The row (1 + fields n,) to fill with the next sample, a view into the buffer."""
         row = self.data[self.head]
         self.head = (self.head + 1) % self.capacity
         if self.size == self.capacity:
@@ -75,7 +81,7 @@ class SampleBuffer:
         return row
 
     def append(self, rows: np.ndarray) -> None:
-        """Write ``rows`` (m, 1 + 3n) as the next m samples, the oldest overwritten when full."""
+        """Write ``rows`` (m, 1 + fields n) as the next m samples, the oldest overwritten when full."""
         m, capacity = rows.shape[0], self.capacity
         self.overwritten += max(0, self.size + m - capacity)
         self.size = min(capacity, self.size + m)
@@ -88,15 +94,16 @@ class SampleBuffer:
         self.head = (self.head + m) % capacity
 
     def chronological(self) -> tuple:
-        """Copies of the samples, oldest first: time (N,) s, q, dq, effort (N, n), each contiguous;
-        one copy of the buffer in all (the recording goes on while they are used)."""
+        """Copies of the samples, oldest first: time (N,) s, then each field (N, n) (q, dq,
+        effort by default), each contiguous; one copy of the buffer in all (the recording goes on
+        while they are used)."""
         start = (self.head - self.size) % self.capacity
         if start + self.size <= self.capacity:
             pieces = (self.data[start:start + self.size],)
         else:  # wrapped: the oldest rows are at the end
             pieces = (self.data[start:], self.data[:self.head])
         n = len(self.joint_names)
-        columns = (0, slice(1, 1 + n), slice(1 + n, 1 + 2 * n), slice(1 + 2 * n, None))
+        columns = (0,) + tuple(slice(1 + f * n, 1 + (f + 1) * n) for f in range(self.fields))
         return tuple(np.concatenate([piece[:, c] for piece in pieces]) for c in columns)
 
 
@@ -109,7 +116,9 @@ class RecordingCounts:
     ``rejections`` kind -> {"count", and for a live recording "first" and "last": "message k:
     what"}; ``overwritten`` samples dropped when the buffer was full; ``stretches`` parts
     cut where the source's clock jumped; ``missing`` samples lost in the holes of the stamps,
-    None for receive times (no holes to count).
+    None for receive times (no holes to count). ``motor``: for a recording with motor-side
+    positions, {"received", "rejected", "rejections" (as above), "matched": joint samples recorded
+    with every joint's motor side}, else None.
     """
 
     received: int
@@ -119,6 +128,7 @@ class RecordingCounts:
     overwritten: int
     stretches: int
     missing: int | None
+    motor: dict | None = None
 
 
 class LiveRecording:
@@ -128,7 +138,9 @@ class LiveRecording:
     is then handed to ``add``, which keeps it or refuses it on its own (screening's kinds),
     counting both. ``received``, ``rejected``, ``rejections`` (kind -> {"count", "first",
     "last"}), ``last_rejection``, ``receive_stamped`` and the buffer's ``stored`` and
-    ``overwritten`` describe the recording so far; ``clear`` starts a new one.
+    ``overwritten`` describe the recording so far; ``clear`` starts a new one. ``add_motor``
+    takes the motor-side positions of a double-encoder arm, counted in ``motor_received``,
+    ``motor_rejected`` and ``motor_rejections``.
 
     Thread safety: the receiving thread (``add``, ``refuse``, ``start``, ``clear``) and another
     one taking ``snapshot`` may run in parallel; ``lock`` guards the buffer and the counters.
@@ -138,6 +150,7 @@ class LiveRecording:
         self.capacity = int(capacity)
         self.lock = threading.Lock()
         self.buffer: SampleBuffer | None = None
+        self.motor: SampleBuffer | None = None  # allocated at the first motor-side message
         self._layouts = {}  # name tuple -> indices into [position|velocity|effort], or (kind, reason)
         self._forget()
 
@@ -149,6 +162,10 @@ class LiveRecording:
         self.rejections = {}  # kind -> {"count", "first", "last"} (screening's few kinds)
         self.receive_stamped = False
         self._last_ns = None  # stamp of the last sample kept, ns
+        self.motor_received = 0
+        self.motor_rejected = 0
+        self.motor_rejections = {}
+        self._last_motor_ns = None
 
     @property
     def joint_names(self) -> tuple | None:
@@ -174,7 +191,7 @@ class LiveRecording:
         joint_names = tuple(joint_names)
         with self.lock:
             if self.buffer is None or self.buffer.joint_names != joint_names:
-                self.buffer = None  # freed before the next is allocated: one buffer in memory
+                self.buffer = self.motor = None  # freed before the next is allocated: one buffer in memory
                 self.buffer = SampleBuffer(self.capacity, joint_names)
                 self._layouts.clear()
 
@@ -183,6 +200,8 @@ class LiveRecording:
         with self.lock:
             if self.buffer is not None:
                 self.buffer.clear()
+            if self.motor is not None:
+                self.motor.clear()
             self._forget()
 
     def refuse(self, kind: str, detail: str) -> tuple[str, str]:
@@ -247,13 +266,21 @@ class LiveRecording:
             return event
 
     def add_block(self, names: tuple, stamp_ns: np.ndarray, position: np.ndarray, velocity: np.ndarray,
-                  effort: np.ndarray) -> list:
+                  effort: np.ndarray, motor_position: np.ndarray | None = None) -> list:
         """Screen and keep a block of consecutive samples, each counted as a message; only after
         ``start``. ``names`` (m,) joint names of the columns; ``stamp_ns`` (k,) int64 stamps, ns;
         ``position`` rad, ``velocity`` rad/s, ``effort`` (k, m) each. A block whose samples are all
         finite and stamped after the last one kept, in increasing order, is kept at once; any
-        other is screened sample by sample, as ``add`` does. Returns ``add``'s reports, in order.
+        other is screened sample by sample, as ``add`` does. ``motor_position`` (k, m) rad: the
+        motor-side positions of the same samples, each row handed to ``add_motor``. Returns
+        ``add``'s and ``add_motor``'s reports, in order.
         """
+        motor_reports = [] if motor_position is None else [
+            r for r in (self.add_motor(names, int(stamp_ns[i]), motor_position[i]) for i in range(stamp_ns.shape[0]))
+            if r is not None]
+        return self._add_block(names, stamp_ns, position, velocity, effort) + motor_reports
+
+    def _add_block(self, names, stamp_ns, position, velocity, effort) -> list:
         k = stamp_ns.shape[0]
         with self.lock:
             layout = self._layouts.get(names)
@@ -276,6 +303,51 @@ class LiveRecording:
         reports = (self.add(names, int(stamp_ns[i]), array("d", position[i]), array("d", velocity[i]),
                             array("d", effort[i])) for i in range(k))
         return [report for report in reports if report is not None]
+
+    def add_motor(self, names: tuple, stamp_ns: int, position) -> tuple[str, str] | None:
+        """Screen one motor-side message and keep it unless refused; only after ``start``.
+        ``names`` (m,) the joints it carries (any subset of the recorded ones; others ignored),
+        ``stamp_ns`` its header stamp, ns (the joint state it belongs to has the same), ``position``
+        (m,) rad in joint units. Returns None when kept, else (kind, "motor-side message k: what")."""
+        with self.lock:
+            self.motor_received += 1
+            if self.buffer is None:
+                return self._reject_motor(screening.NO_MODEL, "no joints to record yet")
+            if len(position) != len(names):
+                return self._reject_motor(*_incomplete(len(names), (len(position), 1, 1)))
+            twice = screening.duplicate_names(names)
+            if twice:
+                return self._reject_motor(screening.DUPLICATE_NAMES, twice)
+            joints = self.buffer.joint_names
+            where = {name: i for i, name in enumerate(names)}
+            present = [j for j, name in enumerate(joints) if name in where]
+            if not present:
+                return self._reject_motor(screening.MISSING_JOINTS, f"names none of the recorded joints {list(joints)}")
+            given = np.asarray(position, dtype=float)[[where[joints[j]] for j in present]]
+            if not np.all(np.isfinite(given)):
+                return self._reject_motor(screening.NON_FINITE, screening.non_finite(
+                    given, tuple(joints[j] for j in present)) or "NaN or infinite values")
+            if stamp_ns == 0 or (self._last_motor_ns is not None and stamp_ns <= self._last_motor_ns):
+                return self._reject_motor(screening.STAMP_ORDER, "no header stamp (a motor-side position is matched "
+                                          "to its joint state by stamp)" if stamp_ns == 0 else
+                                          "a stamp not after the previous motor-side message's")
+            if self.motor is None:
+                self.motor = SampleBuffer(self.capacity, joints, fields=1)
+            self._last_motor_ns = stamp_ns
+            row = self.motor.next_row()
+            seconds, ns = divmod(stamp_ns, _NS_PER_S)
+            row[0] = seconds + 1e-9 * ns  # as ``add`` stamps a row, so the two match exactly
+            row[1:] = np.nan
+            row[1 + np.asarray(present)] = given
+            return None
+
+    def _reject_motor(self, kind: str, detail: str) -> tuple[str, str]:
+        self.motor_rejected += 1
+        reason = f"motor-side message {self.motor_received}: {detail}"
+        entry = self.motor_rejections.setdefault(kind, {"count": 0, "first": reason})
+        entry["count"] += 1
+        entry["last"] = reason
+        return kind, reason
 
     def _layout(self, names: tuple) -> np.ndarray | tuple:
         """Indices into a message's [position | velocity | effort] giving the buffer's q, dq,
@@ -323,16 +395,34 @@ class LiveRecording:
             received, rejected, last = self.received, self.rejected, self.last_rejection
             rejections = {k: dict(v) for k, v in self.rejections.items()}
             overwritten, receive_stamped = self.buffer.overwritten, self.receive_stamped
+            motor_q, motor = None, None
+            if self.motor is not None and self.motor.size:
+                motor_time, motor_values = self.motor.chronological()
+                motor_q = _matched(time_s, motor_time, motor_values)
+                motor = {"received": self.motor_received, "rejected": self.motor_rejected,
+                         "rejections": {k: dict(v) for k, v in self.motor_rejections.items()},
+                         "matched": int(np.isfinite(motor_q).all(axis=1).sum())}
         if len(time_s) < min_samples:
             hint = f", {rejected} rejected (last: {last})" if rejected else ""
             raise DataError(f"too few samples: {len(time_s)} recorded ({received} received{hint}), "
                             f"min_samples is {min_samples}: record longer")
-        recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped)
+        recording, starts = screening.joined_stretches(time_s, q, dq, effort, joints, receive_stamped, motor_q)
         # lost samples leave holes in the stamps of a steady source; receive times have none to count
         missing = None if receive_stamped else screening.missing_in_stretches(recording, starts)
         return recording, RecordingCounts(
             received=received, recorded=recording.n_samples, rejected=rejected, rejections=rejections,
-            overwritten=overwritten, stretches=len(starts), missing=missing)
+            overwritten=overwritten, stretches=len(starts), missing=missing, motor=motor)
+
+
+def _matched(time_s: np.ndarray, motor_time: np.ndarray, motor_values: np.ndarray) -> np.ndarray:
+    """The motor-side positions (N, n) at the joint samples stamped ``time_s`` (N,) s: the row of
+    ``motor_values`` (M, n) whose stamp ``motor_time`` (M,) s (increasing) is the same, NaN where
+    none is."""
+    out = np.full((time_s.shape[0], motor_values.shape[1]), np.nan)
+    at = np.minimum(np.searchsorted(motor_time, time_s), max(motor_time.shape[0] - 1, 0))
+    same = motor_time[at] == time_s
+    out[same] = motor_values[at[same]]
+    return out
 
 
 def _incomplete(m: int, sizes: tuple) -> tuple[str, str]:

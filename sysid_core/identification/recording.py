@@ -35,7 +35,8 @@ class Recording:
     only when it is known exactly (planned or simulated); estimators otherwise derive it
     from the measurements. ``motor_q`` (N, n) rad, when the arm has a motor-side encoder as
     well: the motor's position in joint units (motor angle / gear ratio, the joint's zero and
-    sign), so that q - motor_q is the transmission's deflection. ``joint_names`` (n,) give the
+    sign), so that q - motor_q is the transmission's deflection; NaN where the motor side was not
+    measured at that sample (a drive read slower than its joint state). ``joint_names`` (n,) give the
     column order. ``quality_notes``
     (QualityNote, ...) what the source found wrong with the data (tracking, saturation):
     they travel with every part of the recording and end in the verdict of what is
@@ -69,6 +70,8 @@ class Recording:
                 raise DataError(f"{name} has shape {np.shape(arr)}, expected ({num}, {n}) for {n} joints")
         for name, arr in dict(arrays, time=self.time).items():
             arr = np.asarray(arr, dtype=float)
+            if name == "motor_q":  # NaN: not measured at that sample; inf is no measurement at all
+                arr = np.nan_to_num(arr, nan=0.0, posinf=np.inf, neginf=-np.inf)
             # block by block: a recording may be an hour long, and this runs on every one made
             blocks = range(0, num, INTERVAL_BLOCK)
             if not all(np.isfinite(arr[start:start + INTERVAL_BLOCK]).all() for start in blocks):

@@ -14,8 +14,9 @@ CSV layout (what :func:`write_csv` writes): optional ``#`` comment lines, a head
 columns ignored), then one row per sample; time in s, position rad (m), velocity rad/s
 (m/s), effort N m (N), the joint torque. An arm with a motor-side encoder as well adds
 ``<joint>_motor_position`` for every joint: the motor's position in joint units (motor angle /
-gear ratio, the joint's zero and sign), rad; the recording then carries ``motor_q``, and a row
-without it is dropped and counted like any other incomplete row.
+gear ratio, the joint's zero and sign), rad; the recording then carries ``motor_q``. An empty
+cell there means not measured at that sample (NaN in ``motor_q``; a drive whose motor side is
+read slower than its joint state).
 
 Several files make one Recording of separate stretches (:func:`concatenate`): each file
 after the first is shifted in time to start after a gap that ``filtering.prepare`` always
@@ -78,13 +79,15 @@ class JointStateLog:
 
     ``joint_names`` the joints to keep, in this order; None takes the names of the first
     complete message. ``motor``: every sample carries the motor-side positions too (``add``'s
-    ``motor_position``). Rows are stored in one array grown by doubling.
+    ``motor_position``; NaN where a joint's was not measured at that sample, counted in
+    ``motor_unmeasured``). Rows are stored in one array grown by doubling.
     """
 
     def __init__(self, joint_names=None, motor: bool = False):
         self.joint_names = None if joint_names is None else tuple(joint_names)
         self.motor = bool(motor)
         self.messages = 0
+        self.motor_unmeasured = 0  # samples kept without every joint's motor-side position
         self.dropped: dict = {}
         self._stamps = np.empty(0, dtype=np.int64)
         self._rows = np.empty((0, 0))
@@ -136,9 +139,11 @@ class JointStateLog:
             self.joint_names = names
         values = np.concatenate([np.asarray(field, dtype=float)[layout] for field in
                                  (position, velocity, effort) + ((motor_position,) if self.motor else ())])
-        if not np.all(np.isfinite(values)):
+        n = layout.size
+        if not np.all(np.isfinite(values[:3 * n])) or np.any(np.isinf(values[3 * n:])):
             self._drop("with NaN or infinite values")
             return False
+        unmeasured = self.motor and bool(np.isnan(values[3 * n:]).any())
         if self._size and stamp_ns <= self._stamps[self._size - 1]:
             self._drop("with a stamp repeated or earlier than the previous one")
             return False
@@ -152,6 +157,7 @@ class JointStateLog:
         self._stamps[self._size] = int(stamp_ns)
         self._rows[self._size] = values
         self._size += 1
+        self.motor_unmeasured += unmeasured
         return True
 
     @property
@@ -192,8 +198,9 @@ def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: st
     messages stamped 0 are dropped and counted), "receive" the time the recorder received
     it. ``motor_topic``: a second JointState topic whose positions are the motor-side encoders'
     (in joint units), each message stamped like the joint state it belongs to (header stamps
-    only: a driver publishes both from one reading); a joint state without a motor-side
-    message of its stamp carrying every wanted joint is dropped and counted. DataError for an
+    only: a driver publishes both from one reading, or reads the motor side at some samples
+    only); a joint state without a motor-side message of its stamp, or a joint that message does
+    not name, has NaN there (not measured; counted in the log's ``motor_unmeasured``). DataError for an
     unreadable bag, a missing topic, another message type.
     """
     from rosbags.rosbag2 import Reader
@@ -225,8 +232,8 @@ def read_rosbag(path, joint_names=None, topic: str = "/joint_states", stamps: st
                     continue
                 stamps_ns, names, positions = motor
                 at = int(np.searchsorted(stamps_ns, stamp))
-                if at == stamps_ns.size or stamps_ns[at] != stamp:
-                    log.reject("without a motor-side sample of the same stamp")
+                if at == stamps_ns.size or stamps_ns[at] != stamp:  # not measured with this one
+                    log.add(stamp, msg.name, msg.position, msg.velocity, msg.effort, [math.nan] * len(msg.name))
                     continue
                 by_name = dict(zip(names, positions[at]))
                 log.add(stamp, msg.name, msg.position, msg.velocity, msg.effort,
@@ -272,7 +279,8 @@ def write_rosbag(path, recording: Recording, topic: str = "/joint_states", stora
                  start_ns: int | None = None, motor_topic: str = "motor_states") -> Path:
     """Write ``recording`` as a rosbag2 bag directory ``path`` (which must not exist) of
     sensor_msgs/JointState messages on ``topic``, ``storage`` "mcap" or "sqlite3"; a recording
-    with motor-side positions also gets them on ``motor_topic``, position only, same stamps.
+    with motor-side positions also gets them on ``motor_topic``, position only, same stamps,
+    naming at each sample the joints whose motor side was measured (none: no message).
 
     Header stamps (and receive times) are ``start_ns`` + time; by default the recording's
     own times when they are wall-clock stamps (after 2001), else the current time.
@@ -300,12 +308,14 @@ def write_rosbag(path, recording: Recording, topic: str = "/joint_states", stora
         if recording.motor_q is not None:
             motor = writer.add_connection(motor_topic, JOINT_STATE, typestore=typestore)
             motor_q, empty = np.asarray(recording.motor_q, dtype=float), np.zeros(0)
+            measured = np.isfinite(motor_q)
         for k, stamp in enumerate(stamps.tolist()):
             stamped = header(stamp=stamp_type(sec=stamp // 1_000_000_000, nanosec=stamp % 1_000_000_000), frame_id="")
             msg = joint_state(header=stamped, name=names, position=q[k], velocity=dq[k], effort=tau[k])
             writer.write(connection, stamp, typestore.serialize_cdr(msg, JOINT_STATE))
-            if motor is not None:
-                msg = joint_state(header=stamped, name=names, position=motor_q[k], velocity=empty, effort=empty)
+            if motor is not None and measured[k].any():
+                msg = joint_state(header=stamped, name=[j for j, m in zip(names, measured[k]) if m],
+                                  position=motor_q[k, measured[k]], velocity=empty, effort=empty)
                 writer.write(motor, stamp, typestore.serialize_cdr(msg, JOINT_STATE))
     return path
 
@@ -325,7 +335,9 @@ def read_csv(path, joint_names=None) -> LoadedRecording:
             if "time" not in header:
                 raise DataError(f"{path}: no header with a 'time' column (expected time,<joint>_position,"
                                 f"<joint>_velocity,<joint>_effort,...; got {header[:6]})")
-            available = [h[:-len("_position")] for h in header if h.endswith("_position")]
+            # a joint's motor-side column is no joint of its own
+            available = [h[:-len("_position")] for h in header if h.endswith("_position") and not (
+                h.endswith(f"_{MOTOR_FIELD}") and f"{h[:-len(MOTOR_FIELD) - 1]}_position" in header)]
             wanted = tuple(joint_names) if joint_names is not None else tuple(available)
             missing = [f"{j}_{f}" for j in wanted for f in FIELDS if f"{j}_{f}" not in header]
             if missing or not wanted:
@@ -342,7 +354,9 @@ def read_csv(path, joint_names=None) -> LoadedRecording:
             for row in reader:
                 try:
                     t = float(row[time_col])
-                    values = [[float(row[c]) for c in group] for group in cols]
+                    values = [[float(row[c]) for c in group] for group in cols[:3]]
+                    # an empty motor-side cell: not measured at that sample
+                    values += [[float(row[c]) if row[c].strip() else math.nan for c in group] for group in cols[3:]]
                 except (ValueError, IndexError):
                     log.reject("with a missing or non-numeric value")
                     continue

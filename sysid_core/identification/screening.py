@@ -76,9 +76,11 @@ def stamp_fault(stamp_ns: int, last_ns: int | None, equal_allowed: bool = False)
     return STAMP_ORDER, "stamp repeated" if back == 0 else detail
 
 
-def joined_stretches(time_s, q, dq, effort, joint_names, receive_stamped: bool = False) -> tuple[Recording, tuple]:
+def joined_stretches(time_s, q, dq, effort, joint_names, receive_stamped: bool = False,
+                     motor_q=None) -> tuple[Recording, tuple]:
     """A recorder's samples as one Recording: ``time_s`` (N,) s, ``q``, ``dq``, ``effort`` (N, n)
-    in ``joint_names`` order, as screened (increasing within a stretch). Split where the time
+    in ``joint_names`` order, as screened (increasing within a stretch), and the motor-side
+    positions ``motor_q`` (N, n) when recorded. Split where the time
     steps back (a new stretch began; equal ``receive_stamped`` times are one batch) or leaps
     ahead by more than CLOCK_JUMP_S (a pause, or a sample stamped far ahead: no samples lost
     there to count or bridge); each stretch's receive times turned into send times
@@ -98,7 +100,8 @@ def joined_stretches(time_s, q, dq, effort, joint_names, receive_stamped: bool =
                 t = send_times(t)
             except ValueError:  # a batch received all at once: no rate to measure
                 continue
-        pieces.append(Recording(t, q[a:b], dq[a:b], effort[a:b], tuple(joint_names)))
+        pieces.append(Recording(t, q[a:b], dq[a:b], effort[a:b], tuple(joint_names),
+                                motor_q=None if motor_q is None else motor_q[a:b]))
     if not pieces:
         raise DataError(f"too few samples: no stretch of 3 or more among the {len(time_s)} recorded")
     if len(pieces) == 1:

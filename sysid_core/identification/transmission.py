@@ -34,6 +34,8 @@ from .recording import Recording
 # instruments and regressor nearly unrelated (cond of their normalised cross product above this):
 # the joint carries too little varying load for its spring to show
 MAX_CONDITION = 1e6
+# a joint whose motor side was read at some samples only: fewest such samples to fit its stiffness
+MIN_SPARSE_SAMPLES = 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,7 +43,9 @@ class TransmissionEstimate:
     """Per joint (n,): ``stiffness`` N m/rad, ``damping`` N m s/rad, their standard deviations,
     ``offset`` rad (the deflection read at zero torque: the encoders' zero mismatch) and
     ``rmse`` N m of the fit, NaN for a joint not identified; ``samples`` rows fitted; ``notes``
-    one line per joint not identified, saying why."""
+    one line per joint not identified or whose stiffness or damping is within two standard
+    deviations of zero or below (reported as fitted, with the standard deviation that shows it is
+    undetermined), saying why."""
 
     joint_names: tuple
     stiffness: np.ndarray
@@ -70,7 +74,10 @@ def identify_transmission(recording: Recording, link_torque: Callable[[np.ndarra
     """Each joint's stiffness and damping from ``recording`` (its ``motor_q`` required; jittered
     stamps are resampled onto a uniform grid, lost samples refused) given
     ``link_torque(q, dq, ddq) -> (M, n)`` N m, the link side's torque at the filtered states
-    (M, n). The whole recording is filtered at once: memory grows as a few copies of it.
+    (M, n). A joint whose motor side was measured at some samples only (NaN elsewhere: a drive
+    read slower than its joint state) gets its stiffness from those samples, the deflection
+    unfiltered, and no damping (its rate needs the deflection at every sample): said in the
+    notes. The whole recording is filtered at once: memory grows as a few copies of it.
     Raises DataError without motor-side positions or with too few samples."""
     if recording.motor_q is None:
         raise DataError("the recording has no motor-side positions (motor_q): the transmission needs both encoders")
@@ -89,42 +96,90 @@ def identify_transmission(recording: Recording, link_torque: Callable[[np.ndarra
     q = smooth(recording.q)
     dq = smooth(recording.dq)
     ddq = smooth(derivative(dq, rate))
-    delta = smooth(np.asarray(recording.q, dtype=float) - np.asarray(recording.motor_q, dtype=float))
-    ddelta = smooth(derivative(delta, rate))
-    tau = np.asarray(link_torque(q[keep], dq[keep], ddq[keep]), dtype=float)
+    raw_delta = np.asarray(recording.q, dtype=float) - np.asarray(recording.motor_q, dtype=float)
+    measured = np.isfinite(raw_delta)
+    dense = measured.all(axis=0)
+    delta = np.zeros_like(raw_delta)
+    ddelta = np.zeros_like(raw_delta)
+    if dense.any():
+        delta[:, dense] = smooth(raw_delta[:, dense])
+        ddelta[:, dense] = smooth(derivative(delta[:, dense], rate))
+    # the sparse joints' samples, every one between the trims (not decimated: they are few)
+    inner = np.zeros(recording.n_samples, dtype=bool)
+    inner[trim:recording.n_samples - trim] = True
+    sparse_rows = np.flatnonzero(inner & measured[:, ~dense].any(axis=1)) if not dense.all() else np.zeros(0, int)
+    rows = np.union1d(keep, sparse_rows)
+    torque = np.asarray(link_torque(q[rows], dq[rows], ddq[rows]), dtype=float)
     n = len(recording.joint_names)
-    if tau.shape != (keep.size, n):
-        raise DataError(f"link_torque returned shape {tau.shape}, expected ({keep.size}, {n})")
-    # independent samples: one per 1 / (2 cutoff) s of filtered signal
-    independent = min(keep.size, 2.0 * config.cutoff_hz * keep.size * config.decimation / rate)
-    out = {key: np.empty(n) for key in ("k", "c", "k_std", "c_std", "offset", "rmse")}
+    if torque.shape != (rows.size, n):
+        raise DataError(f"link_torque returned shape {torque.shape}, expected ({rows.size}, {n})")
+    at_keep = np.searchsorted(rows, keep)
+    tau = torque[at_keep]
+    out = {key: np.full(n, np.nan) for key in ("k", "c", "k_std", "c_std", "offset", "rmse")}
     notes = []
     # instruments: the link torque and its rate, free of the encoders' noise the deflection carries
     rate_of_tau = np.gradient(tau, recording.time[keep], axis=0)
     for j, name in enumerate(recording.joint_names):
-        a = np.column_stack([-delta[keep, j], -ddelta[keep, j], np.ones(keep.size)])
-        z = np.column_stack([-tau[:, j], -rate_of_tau[:, j], np.ones(keep.size)])
-        scale, zscale = np.sqrt(np.sum(a * a, axis=0)), np.sqrt(np.sum(z * z, axis=0))
-        cross = (z / zscale).T @ (a / scale)
-        if np.linalg.cond(cross) > MAX_CONDITION:
-            for key in out:
-                out[key][j] = np.nan
+        if dense[j]:
+            # independent samples: one per 1 / (2 cutoff) s of filtered signal
+            independent = min(keep.size, 2.0 * config.cutoff_hz * keep.size * config.decimation / rate)
+            fit = _instrumental(np.column_stack([-delta[keep, j], -ddelta[keep, j], np.ones(keep.size)]),
+                                np.column_stack([-tau[:, j], -rate_of_tau[:, j], np.ones(keep.size)]), tau[:, j],
+                                independent)
+        else:
+            at = np.flatnonzero(measured[rows, j] & inner[rows])
+            if at.size < MIN_SPARSE_SAMPLES:
+                notes.append(f"{name}: not identified, its motor side was measured at {at.size} samples "
+                             f"(at least {MIN_SPARSE_SAMPLES} needed)")
+                continue
+            y = torque[at, j]
+            # unfiltered samples far apart are independent; close ones no more than the bandwidth allows
+            independent = min(at.size, 2.0 * config.cutoff_hz * (recording.time[rows[at[-1]]]
+                                                                 - recording.time[rows[at[0]]]) + 1)
+            fit = _instrumental(np.column_stack([-raw_delta[rows[at], j], np.ones(at.size)]),
+                                np.column_stack([-y, np.ones(at.size)]), y, independent)
+            if fit is not None:
+                notes.append(f"{name}: motor side measured at {at.size} of {recording.n_samples} samples: stiffness "
+                             "from those, damping not identified (its rate needs the deflection at every sample)")
+        if fit is None:
             notes.append(f"{name}: not identified, its load and deflection do not vary enough together")
             continue
-        theta = np.linalg.solve(cross, (z / zscale).T @ tau[:, j]) / scale
-        residual = tau[:, j] - a @ theta
-        dof = max(independent - 3.0, 1.0)
-        sigma2 = float(np.sum(residual ** 2)) / keep.size * independent / dof
-        inverse = np.linalg.inv(cross)
-        covariance = sigma2 * (inverse @ ((z / zscale).T @ (z / zscale)) @ inverse.T) / np.outer(scale, scale)
-        covariance *= keep.size / independent
-        out["k"][j], out["c"][j] = theta[0], theta[1]
-        out["k_std"][j], out["c_std"][j] = np.sqrt(np.diag(covariance)[:2])
-        out["offset"][j] = theta[2] / theta[0] if theta[0] != 0 else float("nan")
-        out["rmse"][j] = np.sqrt(np.mean(residual ** 2))
+        theta, std, out["rmse"][j] = fit
+        out["k"][j], out["k_std"][j] = theta[0], std[0]
+        if dense[j]:
+            out["c"][j], out["c_std"][j] = theta[1], std[1]
+        # an estimate within two standard deviations of zero (or below it) says nothing physical
+        undetermined = [f"{what} {value:.3g} +- {spread:.2g}" for what, value, spread in
+                        (("stiffness", theta[0], std[0]), ("damping", out["c"][j], out["c_std"][j]))
+                        if np.isfinite(value) and value <= 2 * spread]
+        if undetermined:
+            notes.append(f"{name}: not determined by this motion ({', '.join(undetermined)}): its load varies too "
+                         "little for the spring to show")
+        out["offset"][j] = theta[-1] / theta[0] if theta[0] != 0 else float("nan")
     return TransmissionEstimate(joint_names=tuple(recording.joint_names), stiffness=out["k"], damping=out["c"],
                                 stiffness_std=out["k_std"], damping_std=out["c_std"], offset=out["offset"],
                                 rmse=out["rmse"], samples=int(keep.size), notes=tuple(notes))
+
+
+def _instrumental(a: np.ndarray, z: np.ndarray, y: np.ndarray, independent: float):
+    """The instrumental-variable solution of y ~ a theta with instruments z (M, p) each, y (M,):
+    (theta (p,), its standard deviations (p,), the fit's rmse), the residual's degrees of freedom
+    counted on ``independent`` samples; None when instruments and regressors are nearly unrelated."""
+    m, p = a.shape
+    scale, zscale = np.sqrt(np.sum(a * a, axis=0)), np.sqrt(np.sum(z * z, axis=0))
+    if not (np.all(scale > 0) and np.all(zscale > 0)):
+        return None
+    cross = (z / zscale).T @ (a / scale)
+    if np.linalg.cond(cross) > MAX_CONDITION:
+        return None
+    theta = np.linalg.solve(cross, (z / zscale).T @ y) / scale
+    residual = y - a @ theta
+    dof = max(independent - p, 1.0)
+    sigma2 = float(np.sum(residual ** 2)) / m * independent / dof
+    inverse = np.linalg.inv(cross)
+    covariance = sigma2 * (inverse @ ((z / zscale).T @ (z / zscale)) @ inverse.T) / np.outer(scale, scale)
+    covariance *= m / independent
+    return theta, np.sqrt(np.diag(covariance)), float(np.sqrt(np.mean(residual ** 2)))
 
 
 def rigid_link_torque(robot, result) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:

@@ -28,7 +28,8 @@ from ..damiao.protocol import motor_limits
 from ..dynamics.friction import FrictionModel, JointFriction
 from ..dynamics.friction import PARAMETER_UNITS as _FRICTION_UNITS
 from ..dynamics.inertia import PARAMETER_NAMES, consistency_violations, to_com_inertia
-from ..errors import IdentificationError, ModelError
+from ..errors import DataError, IdentificationError, ModelError
+from ..identification.transmission import identify_transmission, rigid_link_torque
 from .payload import payload_document
 
 _INERTIA_KEYS = PARAMETER_NAMES[4:]  # Ixx, Ixy, Ixz, Iyy, Iyz, Izz
@@ -653,9 +654,17 @@ def write_damiao_csv(path, trajectory, torque, motor_types, can_ids=None, joint_
     return {name: float(p) for name, p in zip(names, percent)}
 
 
-def add_transmission(document: dict, estimate) -> None:
-    """Put a ``TransmissionEstimate``'s figures into params.json's ``joints`` entries (matched
-    by name) and its notes, if any, into ``transmission_notes``."""
+def add_transmission(document: dict, robot, result, recording, filter_config) -> str | None:
+    """Identify the transmissions of a double-encoder ``recording`` (joint torque, robot joint
+    order) under the rigid-body ``result`` and put the figures into params.json's ``joints``
+    entries (matched by name), the notes, if any, into ``transmission_notes``. Returns a
+    warning when none could be identified (the rigid-body result stands without them), else None."""
+    try:
+        estimate = identify_transmission(recording.select(robot.joint_names), rigid_link_torque(robot, result),
+                                         filter_config)
+    except DataError as err:
+        document["transmission_notes"] = [f"not identified: {err}"]
+        return f"transmission not identified: {err}"
     figures = {entry.pop("joint"): entry for entry in estimate.as_dicts()}
     for joint in document["joints"]:
         joint.update(figures.get(joint["name"], {}))

@@ -80,6 +80,42 @@ def _friction_lines(doc: dict) -> list:
     return ["", "Friction models"] + _table(["joint", "model", "parameters"], rows, left=3)
 
 
+def _transmission_lines(doc: dict) -> list:
+    """Each joint's transmission, when the recording had both encoders."""
+    joints = [j for j in doc["joints"] if "transmission_stiffness" in j]
+    if not joints:
+        return [] if not doc.get("transmission_notes") else ["", "Transmissions"] + [
+            f"  {note}" for note in doc["transmission_notes"]]
+    rows = [[j["name"], _g(j["transmission_stiffness"]), _g(j["transmission_stiffness_std"], ".2g"),
+             _g(j["transmission_damping"]), _g(j["transmission_damping_std"], ".2g"),
+             _g(None if j["deflection_offset"] is None else 1e3 * j["deflection_offset"], ".3g")] for j in joints]
+    return (["", "Transmissions (from both encoders)"]
+            + _table(["joint", "stiffness [N m/rad]", "std", "damping [N m s/rad]", "std", "encoder offset [mrad]"],
+                     rows, left=1)
+            + [f"  {note}" for note in doc.get("transmission_notes") or []])
+
+
+def _residual_lines(doc: dict) -> list:
+    """The residual model per joint: applied or not and why, the validation RMSE without and with it."""
+    block = doc.get("residual")
+    if not block:
+        return []
+    if "error" in block:
+        return ["", f"Residual model: none ({block['error']})"]
+    rows = []
+    for j in block["joints"]:
+        validation = j.get("validation_rmse")
+        without, with_model = (validation["without"], validation["with"]) if validation else (None, None)
+        change = (f"{100 * (with_model / without - 1):+.1f}" if validation and without else "n/a")
+        rows.append([j["joint"], "yes" if j["applied"] else "no", str(j["components"]), _g(without, ".4g"),
+                     _g(with_model, ".4g"), change])
+    return (["", f"Residual model ({block['kind']}, {block['file']}; inputs: q, dq"
+                 + (", deflection" if block.get("deflection") else "") + ")"]
+            + _table(["joint", "applied", "components", "validation RMSE without [N m]", "with [N m]", "change [%]"],
+                     rows, left=2)
+            + [f"  {j['joint']}: {j['reason']}" for j in block["joints"] if j.get("reason")])
+
+
 def format_result(result, document: dict) -> str:
     """The result table printed after an identification, as one string (no trailing newline).
 
@@ -146,6 +182,8 @@ def format_result(result, document: dict) -> str:
         rows.append(cells)
     lines += _table(header, rows)
     lines += _friction_lines(doc)
+    lines += _transmission_lines(doc)
+    lines += _residual_lines(doc)
 
     n_standard = len(result.column_names)
     summary = [

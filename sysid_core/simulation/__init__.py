@@ -244,6 +244,7 @@ class SimulationTiming:
     integrator applies joint damping at the end-of-step velocity (implicit, implicitfast,
     and Euler unless the model disables ``eulerdamp``): in data sampled from such a run a
     joint's damping d (N m s/rad) then acts like an extra armature of d * timestep (kg m^2).
+    shortened_for: what shortened the timestep beyond the sample period's need, if anything.
     """
 
     sample_rate: float
@@ -252,6 +253,7 @@ class SimulationTiming:
     integrator: str
     model_timestep: float
     implicit_damping: bool
+    shortened_for: str = ""
 
     @property
     def changed(self) -> bool:
@@ -262,7 +264,8 @@ class SimulationTiming:
         """One line for the user: what the simulation integrates with, and why when it differs."""
         period_ms = 1e3 / self.sample_rate
         steps = f"{self.substeps} step{'s' if self.substeps > 1 else ''} of {self.timestep * 1e3:.4g} ms"
-        why = (f"the model's {self.model_timestep * 1e3:.4g} ms timestep does not divide the {period_ms:.4g} ms "
+        why = (f"shortened for {self.shortened_for}" if self.shortened_for else
+               f"the model's {self.model_timestep * 1e3:.4g} ms timestep does not divide the {period_ms:.4g} ms "
                f"sample period: shortened" if self.changed else "the model's timestep")
         return f"MuJoCo: {steps} per sample at {self.sample_rate:g} Hz ({why}), {self.integrator} integrator"
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import DataError, TrackingError
 from ..excitation.trajectory import Trajectory
 from ..identification.recording import Recording
-from . import (ComputedTorque, MeasurementNoise, SimulationTiming, _PLANT_DISABLED, _counted_divergence,
+from . import (ComputedTorque, MeasurementNoise, SimulationTiming, _PLANT_DISABLED, _assess, _counted_divergence,
                _sample_rate, default_gains, measure, mit_torque, mujoco_warnings, simulation_timing)
 
 ROTOR_SUFFIX = "_rotor"
@@ -54,6 +54,11 @@ class Transmission:
     damping: np.ndarray
     rotor_inertia: np.ndarray | None = None
 
+    def torque(self, lag: np.ndarray, lag_rate: np.ndarray) -> np.ndarray:
+        """The torque (n,) N m passed to the links when the rotors lead them by ``lag`` rad at
+        ``lag_rate`` rad/s (the negated deflection and its rate), (n,) each."""
+        return self.stiffness * lag + self.damping * lag_rate
+
     def checked(self, n: int) -> "Transmission":
         def array(value, name, positive):
             a = np.broadcast_to(np.asarray(value, dtype=float), (n,)).copy()
@@ -63,6 +68,33 @@ class Transmission:
             return a
         return Transmission(array(self.stiffness, "stiffness", True), array(self.damping, "damping", False),
                             None if self.rotor_inertia is None else array(self.rotor_inertia, "rotor_inertia", True))
+
+
+@dataclass(frozen=True, eq=False)
+class Gearbox:
+    """What a real gearbox adds on the rotor that no rigid-body model with joint friction knows:
+    friction growing with the torque it transmits, ``load_friction`` of |tau_link| (a fraction,
+    >= 0), against the rotor's velocity (its sign smoothed over ``smoothing`` rad/s), and a
+    cogging ripple ``ripple`` (n,) N m sin(``ripple_per_rad`` theta). ``torque`` is a
+    ``simulate_elastic`` rotor torque."""
+
+    load_friction: float = 0.0
+    ripple: np.ndarray | float = 0.0
+    ripple_per_rad: float = 8.0
+    smoothing: float = 0.05
+
+    def __post_init__(self):
+        ripple = np.asarray(self.ripple, dtype=float)
+        if not (np.isfinite(self.load_friction) and self.load_friction >= 0 and np.all(np.isfinite(ripple))
+                and np.isfinite(self.ripple_per_rad) and self.smoothing > 0):
+            raise ValueError(f"a gearbox needs load_friction >= 0, a finite ripple and ripple_per_rad and "
+                             f"smoothing > 0, got {self}")
+
+    def torque(self, theta: np.ndarray, dtheta: np.ndarray, tau_link: np.ndarray) -> np.ndarray:
+        """(n,) N m on the rotor at rotor position theta rad, velocity dtheta rad/s and
+        transmitted torque tau_link N m, (n,) each."""
+        return (-self.load_friction * np.abs(tau_link) * np.tanh(dtheta / self.smoothing)
+                + self.ripple * np.sin(self.ripple_per_rad * theta))
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,7 +158,9 @@ def elastic_plant(path, transmission: Transmission, sample_rate: float, drive_ga
                             (tr.damping + kd) / rotor_inertia / MAX_DECAY_PER_STEP,
                             tr.damping / link_inertia / MAX_DECAY_PER_STEP])
     substeps = max(timing.substeps, int(np.ceil(float(np.max(rates)) / timing.sample_rate)))
-    timing = replace(timing, substeps=substeps, timestep=1.0 / (timing.sample_rate * substeps))
+    if substeps > timing.substeps:
+        timing = replace(timing, substeps=substeps, timestep=1.0 / (timing.sample_rate * substeps),
+                         shortened_for="the transmissions' fastest motion")
     model.opt.timestep = timing.timestep
     model.opt.disableflags |= _PLANT_DISABLED
     model.body_gravcomp[:] = 0.0
@@ -169,7 +203,10 @@ def simulate_elastic(path, trajectory: Trajectory, transmission: Transmission, n
     applied (``motor_q`` with the position noise). ``rotor_torque(theta, dtheta, tau_link)``
     (n,) each, rad, rad/s, N m: a torque (n,) N m the gearbox adds on the rotor at every MuJoCo
     step, e.g. friction that grows with the transmitted torque or a cogging ripple, which
-    neither the nominal model nor a rigid-body fit knows. Raises TrackingError when it diverges.
+    neither the nominal model nor a rigid-body fit knows. The run is checked as ``simulate``'s
+    are, on the link side (joint limits, the drives' torque against the actuators' limits,
+    tracking): TrackingError when it fails them or diverges, and the recording's quality notes
+    say when it barely passed.
     """
     time = np.asarray(trajectory.time, dtype=float)
     rate = _sample_rate(time)
@@ -205,8 +242,8 @@ def simulate_elastic(path, trajectory: Trajectory, transmission: Transmission, n
                         break
                 if rotor_torque is not None:
                     theta, dtheta = data.qpos[plant.rotor_qpos], data.qvel[plant.rotor_dof]
-                    link = (plant.transmission.stiffness * (theta - data.qpos[plant.link_qpos])
-                            + plant.transmission.damping * (dtheta - data.qvel[plant.link_dof]))
+                    link = plant.transmission.torque(theta - data.qpos[plant.link_qpos],
+                                                     dtheta - data.qvel[plant.link_dof])
                     drive = drive + rotor_torque(theta, dtheta, link)
                 applied[plant.rotor_dof] = drive
                 mujoco.mj_step(model, data)
@@ -214,8 +251,11 @@ def simulate_elastic(path, trajectory: Trajectory, transmission: Transmission, n
                 raise TrackingError(f"the elastic arm diverged after t={time[i]:.4f} s: the transmission is too "
                                     "stiff for the timestep, or the gains too high", None, float(time[i]),
                                     float(np.abs(tau[i]).max()))
+    rigid = mujoco.MjSpec.from_file(str(Path(path))).compile()  # the file's limits and actuators
+    quality = _assess(rigid, rigid, plant.timing, plant.joint_names, time, q_des, q, tau)
     gen = np.random.default_rng(seed)
     return Recording(time=time.copy(), q=measure(q, noise.q_std, noise.q_resolution, gen),
                      dq=measure(dq, noise.dq_std, noise.dq_resolution, gen),
                      tau=measure(tau, noise.tau_std, noise.tau_resolution, gen), joint_names=plant.joint_names,
-                     motor_q=measure(motor_q, noise.q_std, noise.q_resolution, gen))
+                     motor_q=measure(motor_q, noise.q_std, noise.q_resolution, gen),
+                     quality_notes=quality.quality_notes())

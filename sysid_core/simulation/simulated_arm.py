@@ -16,6 +16,14 @@ command from there.
 ``advance(count)`` simulates ``count`` periods and returns their samples as one
 ``StateBlock``: the per-period work is MuJoCo's and the control law's, the rest (targets,
 watchdog, noise) is done once per block, so a caller publishing blocks pays little per sample.
+
+An arm with elastic transmissions (``elastic``: ``simulation.elastic.elastic_plant``) is driven
+on its motor side, as a servo drive closes its loop on its own encoder: the MIT law on the rotor
+state, evaluated at every MuJoCo step (a drive's loop runs far faster than the bus, and a rotor
+on a spring moves too fast for a torque held over a period), the commanded targets held over the
+period. Its samples carry the link side's q and dq, the motor side's position ``motor_q`` and the
+drive's torque. A watchdog's damping then acts on the rotor as well. ``gearbox`` adds on the
+rotor what a real gearbox does beyond the model (``elastic.Gearbox``).
 """
 from __future__ import annotations
 
@@ -26,18 +34,23 @@ import numpy as np
 
 from ..errors import DataError
 from ..excitation.preview import Preview
-from . import ComputedTorque, MeasurementNoise, measure, mit_torque, mujoco_warnings, plant_model, simulation_timing, step
+from . import (ComputedTorque, MeasurementNoise, _counted_divergence, measure, mit_torque, mujoco_warnings,
+               plant_model, simulation_timing, step)
+from .elastic import ElasticPlant, Gearbox
 
 
 @dataclass(frozen=True, eq=False)
 class StateBlock:
     """Consecutive samples as the drives report them: ``stamp_ns`` (m,) int64 simulated time of
-    each; ``q`` (m, n) rad, ``dq`` (m, n) rad/s, ``tau`` (m, n) N m, noise and quantisation applied."""
+    each; ``q`` (m, n) rad, ``dq`` (m, n) rad/s, ``tau`` (m, n) N m, noise and quantisation applied;
+    ``motor_q`` (m, n) rad, the motor-side positions of an elastic arm (None for a rigid one),
+    with the position's noise."""
 
     stamp_ns: np.ndarray
     q: np.ndarray
     dq: np.ndarray
     tau: np.ndarray
+    motor_q: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.stamp_ns.shape[0]
@@ -50,7 +63,9 @@ class SimulatedArm:
     sample rate; kp, kd: (n,) MIT gains, or both None for computed-torque feedback; noise:
     the measurement noise; seed: its generator's; initial_positions (n,) rad (default the
     model's qpos0 within the joint ranges); command_timeout_s: simulated seconds a command is
-    tracked. Raises ValueError for bad arguments.
+    tracked; elastic: the arm's elastic plant (``elastic_plant`` of ``model``'s file, for this
+    rate and these gains), which needs the MIT gains; gearbox: on an elastic arm, the gearbox's
+    own torques on the rotor. Raises ValueError for bad arguments.
 
     The simulated clock starts one period in (ROS reads time 0 as "no time yet"): the sample
     of period p is stamped (p + 1) period_ns.
@@ -58,14 +73,30 @@ class SimulatedArm:
 
     def __init__(self, model: mujoco.MjModel, joint_range: np.ndarray, rate_hz: float, *, kp=None, kd=None,
                  noise: MeasurementNoise = MeasurementNoise(), seed=0, initial_positions=None,
-                 command_timeout_s: float = 0.1):
+                 command_timeout_s: float = 0.1, elastic: ElasticPlant | None = None,
+                 gearbox: Gearbox | None = None):
         if not (np.isfinite(rate_hz) and rate_hz > 0):
             raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
         if (kp is None) != (kd is None):
             raise ValueError("set both kp and kd (the MIT law) or neither (computed-torque feedback)")
-        self.timing = simulation_timing(model, rate_hz)
-        self._model = plant_model(model, self.timing)
-        n = self._model.nv
+        self.elastic = elastic
+        if gearbox is not None and elastic is None:
+            raise ValueError("a gearbox acts between a rotor and a link: give the elastic plant")
+        self._gearbox = gearbox
+        if elastic is None:
+            self.timing = simulation_timing(model, rate_hz)
+            self._model = plant_model(model, self.timing)
+            n = self._model.nv
+            self._link_qpos = self._link_dof = np.arange(n)
+        else:
+            if kp is None:
+                raise ValueError("an elastic arm is driven in MIT mode on its motor side: give kp and kd")
+            n = len(elastic.joint_names)
+            if n != model.nv or abs(elastic.timing.sample_rate - rate_hz) > 1e-9 * rate_hz:
+                raise ValueError(f"the elastic plant has {n} joints at {elastic.timing.sample_rate:g} Hz, the arm "
+                                 f"{model.nv} at {rate_hz:g} Hz")
+            self.timing, self._model = elastic.timing, elastic.model
+            self._link_qpos, self._link_dof = elastic.link_qpos, elastic.link_dof
         self.kp = None if kp is None else np.asarray(kp, dtype=float)
         self.kd = None if kd is None else np.asarray(kd, dtype=float)
         if self.kp is None:
@@ -77,10 +108,12 @@ class SimulatedArm:
         self._timeout_ns = int(round(command_timeout_s * 1e9))
         self._noise = noise
         self._rng = np.random.default_rng(seed)
-        q_init = (np.clip(self._model.qpos0, *np.asarray(joint_range).T) if initial_positions is None
+        q_init = (np.clip(model.qpos0, *np.asarray(joint_range).T) if initial_positions is None
                   else np.asarray(initial_positions, dtype=float))
         self._data = mujoco.MjData(self._model)
-        self._data.qpos[:] = q_init
+        self._data.qpos[self._link_qpos] = q_init
+        if elastic is not None:  # the rotors in line with the links: the arm sags onto its springs
+            self._data.qpos[elastic.rotor_qpos] = q_init
         mujoco.mj_forward(self._model, self._data)
         self.periods = 0
         # the command in force: a held target per joint, and when it was given (-1: never)
@@ -93,7 +126,7 @@ class SimulatedArm:
 
     @property
     def n_joints(self) -> int:
-        return self._model.nv
+        return self._link_dof.shape[0]
 
     @property
     def sim_time(self) -> float:
@@ -156,27 +189,25 @@ class SimulatedArm:
         from, and later calls simulate nothing."""
         if self.error is not None or count < 1:
             empty = np.empty((0, self.n_joints))
-            return StateBlock(np.empty(0, dtype=np.int64), empty, empty.copy(), empty.copy())
+            return StateBlock(np.empty(0, dtype=np.int64), empty, empty.copy(), empty.copy(),
+                              None if self.elastic is None else empty.copy())
         stamps = self.next_stamp_ns + self.period_ns * np.arange(count, dtype=np.int64)
         q_des, dq_des, tau_ff, commanded_at = self._targets(stamps)
         stale = (commanded_at >= 0) & (stamps[:, None] - commanded_at > self._timeout_ns)
         any_stale = stale.any(axis=1)
         q_out, dq_out, tau_out = (np.empty((count, self.n_joints)) for _ in range(3))
-        model, data, control, substeps = self._model, self._data, self._control, self.timing.substeps
-        qpos, qvel = data.qpos, data.qvel
+        motor_out = None if self.elastic is None else np.empty((count, self.n_joints))
         done = 0
         with mujoco_warnings() as messages:
             for k in range(count):
-                q_out[k], dq_out[k] = qpos, qvel
-                if any_stale[k]:  # damping only: no position error, no velocity target, no feed-forward
-                    s = stale[k]
-                    q_des[k, s], dq_des[k, s], tau_ff[k, s] = qpos[s], 0.0, 0.0
-                tau_out[k] = control(q_out[k], dq_out[k], q_des[k], dq_des[k], tau_ff[k])
+                if motor_out is None:
+                    failure = self._period(k, q_out, dq_out, tau_out, q_des, dq_des, tau_ff, stale, any_stale)
+                else:
+                    failure = self._elastic_period(k, q_out, dq_out, tau_out, motor_out, q_des, dq_des, tau_ff,
+                                                   stale, any_stale)
                 done = k + 1
-                try:
-                    step(model, data, tau_out[k], substeps)
-                except DataError as exc:
-                    self.error = f"{exc} (MuJoCo: {' '.join(messages) or 'bad state'})"
+                if failure is not None:
+                    self.error = f"{failure} (MuJoCo: {' '.join(messages) or 'bad state'})"
                     break
                 self.periods += 1
         self.stale = stale[done - 1]
@@ -185,4 +216,49 @@ class SimulatedArm:
         noise, rng = self._noise, self._rng
         return StateBlock(stamps[:done], measure(q_out[:done], noise.q_std, noise.q_resolution, rng),
                           measure(dq_out[:done], noise.dq_std, noise.dq_resolution, rng),
-                          measure(tau_out[:done], noise.tau_std, noise.tau_resolution, rng))
+                          measure(tau_out[:done], noise.tau_std, noise.tau_resolution, rng),
+                          None if motor_out is None else measure(motor_out[:done], noise.q_std, noise.q_resolution,
+                                                                 rng))
+
+    def _period(self, k, q_out, dq_out, tau_out, q_des, dq_des, tau_ff, stale, any_stale) -> str | None:
+        """Period ``k`` of a rigid arm: its sample into row k of the outputs, the law's torque held
+        over the period's MuJoCo steps. Returns what went wrong, or None."""
+        qpos, qvel = self._data.qpos, self._data.qvel
+        q_out[k], dq_out[k] = qpos, qvel
+        if any_stale[k]:  # damping only: no position error, no velocity target, no feed-forward
+            s = stale[k]
+            q_des[k, s], dq_des[k, s], tau_ff[k, s] = qpos[s], 0.0, 0.0
+        tau_out[k] = self._control(q_out[k], dq_out[k], q_des[k], dq_des[k], tau_ff[k])
+        try:
+            step(self._model, self._data, tau_out[k], self.timing.substeps)
+        except DataError as exc:
+            return str(exc)
+        return None
+
+    def _elastic_period(self, k, q_out, dq_out, tau_out, motor_out, q_des, dq_des, tau_ff, stale,
+                        any_stale) -> str | None:
+        """Period ``k`` of an elastic arm: the link side's and the motor side's sample into row k
+        of the outputs, the MIT law on the rotor evaluated at every MuJoCo step. Returns what went
+        wrong, or None."""
+        plant, data = self.elastic, self._data
+        qpos, qvel, applied = data.qpos, data.qvel, data.qfrc_applied
+        q_out[k], dq_out[k], motor_out[k] = qpos[plant.link_qpos], qvel[plant.link_dof], qpos[plant.rotor_qpos]
+        if any_stale[k]:  # damping only, on the motor side
+            s = stale[k]
+            q_des[k, s], dq_des[k, s], tau_ff[k, s] = motor_out[k, s], 0.0, 0.0
+        counts = data.warning.number
+        for sub in range(self.timing.substeps):
+            drive = mit_torque(qpos[plant.rotor_qpos], qvel[plant.rotor_dof], q_des[k], dq_des[k], tau_ff[k],
+                               self.kp, self.kd)
+            if sub == 0:
+                tau_out[k] = drive
+            if self._gearbox is not None:
+                theta, dtheta = qpos[plant.rotor_qpos], qvel[plant.rotor_dof]
+                link = plant.transmission.torque(theta - qpos[plant.link_qpos], dtheta - qvel[plant.link_dof])
+                drive = drive + self._gearbox.torque(theta, dtheta, link)
+            applied[plant.rotor_dof] = drive
+            mujoco.mj_step(self._model, data)
+        if _counted_divergence(counts) or not np.all(np.isfinite(qpos)):
+            return (f"the elastic arm diverged within {self.timing.substeps} step(s) after t={data.time:.4f} s: "
+                    "the transmission is too stiff for the timestep, or the gains too high")
+        return None
