@@ -9,9 +9,12 @@ Every joint of an MJCF model is driven by one emulated motor that speaks the Dam
 * enable/disable/clear error/save zero behave as on the real drives, faults (0x8..0xE) take
   the motor out of enable until cleared, the TIMEOUT register arms a CAN watchdog (0xD);
 * the MIT law T = kp (p_des - p) + kd (v_des - v) + t_ff, clamped to +-TMAX, is evaluated at
-  every physics step from the true motor-side state at the middle of the step (p + v dt/2,
-  v + a dt/2: a drive's current loop runs at tens of kHz, so over a step it applies the law's
-  mean, not its value at the step's start) and applied as a joint torque.
+  every physics step from the true motor-side state at the middle of the step and applied as a
+  joint torque.
+
+The arm, its physics and the drives' law on it are ``emulated_plant.EmulatedPlant`` (its
+module docstring: the mid-step law, motor side and joint side, the friction law,
+``frictionloss``, the elastic transmission); this module is the motors on the bus.
 
 The actuator's truth, for identifying it (all off by default):
 
@@ -22,28 +25,6 @@ The actuator's truth, for identifying it (all off by default):
   reply carries the state of that moment;
 * ``joint_friction``: a friction torque f(dq) (n,) N m opposing the motion, re-evaluated every
   step (e.g. ``simulation.StribeckFriction``), beyond the model's own damping and frictionloss.
-
-The plant's friction is a law of the joint velocity, as a motor's is: the model's
-``frictionloss`` f_c becomes f_c tanh(dq / COULOMB_SMOOTHING) and its ``damping`` b stays b dq,
-summed with ``joint_friction``. MuJoCo's own frictionloss is a soft constraint (a steep linear
-function of the acceleration near rest, see README "Joint physics") that holds a reversing
-joint still: no friction law of the velocity describes it, so an identification made for
-hardware data (which has no such constraint) cannot recover the truth from it (on this arm's
-excitation the viscous coefficients came out up to 0.1 N m s/rad low from exact plant data).
-``frictionloss="constraint"`` keeps MuJoCo's constraint (and its implicit damping) instead.
-The law F(dq) is applied at the mid-step velocity, like the MIT law, and stably however steep
-it is: its slope k = max(F'(dq), 0) goes into MuJoCo's implicit damping at half weight and the
-rest explicitly, F(dq) - k dq / 2, so the joint feels F(dq) + k (dq' - dq) / 2, F at the mean of
-the step's start and end velocities to first order (the trapezoidal rule: no artificial
-armature h b, and no chatter when k h / M_jj exceeds 2). Being linearised, it is first-order
-off in a step whose velocity changes by more than the sign smoothing (a fast reversal of a light
-joint: up to a third of the Coulomb level for that one step). It needs a model integrator that
-treats damping implicitly (implicit, implicitfast, or Euler with eulerdamp).
-
-Motor side and joint side: p = direction * (q - position_offset), v = direction * dq, and the
-joint receives direction * T (rad, rad/s, N m; m, m/s, N for slide joints). The torque goes in
-as ``data.qfrc_applied``, so the model needs no actuators (those it has get ctrl = 0); like
-any explicit force it is held over the step, so kd dt / M_jj must stay well below 2.
 
 Choices where the reference is silent (each a plain rule the host can rely on):
 
@@ -66,23 +47,16 @@ Choices where the reference is silent (each a plain rule the host can rely on):
 * save (0xAA) is answered by echoing the request while disabled and not at all while enabled.
 
 Deliberately NOT emulated: measurement noise (the 16/12-bit quantisation of the protocol is the
-realistic error), the current loop and motor electrics (the torque is exact), a gearbox's
-backlash and ripple (without ``transmission`` it is rigid: motor and output positions are one),
-temperatures (constant), other control modes
-(CTRL_MODE != 1 means zero torque), flash (save stores nothing that survives the object) and
-ID changes (writes to MST_ID/ESC_ID/CAN_BR are stored and read back but do not re-route).
+realistic error), temperatures (constant), other control modes (CTRL_MODE != 1 means zero
+torque), flash (save stores nothing that survives the object) and ID changes (writes to
+MST_ID/ESC_ID/CAN_BR are stored and read back but do not re-route); nor, in the plant, the
+current loop and motor electrics or a gearbox's backlash and ripple.
 
-An elastic transmission (``transmission``, a ``simulation.elastic.Transmission``): the plant is
-``simulation.elastic.elastic_plant``'s arm, a rotor hinge ``<joint>_rotor`` per joint carrying
-the armature and the joint's damping and friction loss, tied to the link by a spring and damper
-(tau_link = -(k delta + c d delta/dt), delta = q_link - q_rotor). The motor is the rotor: its
-MIT torque and the plant's friction law act on the rotor hinge, the MIT law sees the rotor's
-state, and the feedback frame reports it (the motor side, as a 2EC motor's feedback does);
-register 81 reads the link. The spring and the drive's gains are integrated explicitly, so the
-timestep is the file's divided into as many substeps as the stiffest of them needs at
-``drive_gains`` (the largest kp, kd the host will send; by default the MIT frame's maxima, safe
-for any command but the most steps): ``advance`` and the real-time thread step at that shorter
-timestep. Contacts and actuators stay as the file has them; gravity compensation is off.
+With an elastic transmission (``transmission``) the motor is the rotor: the MIT law sees the
+rotor's state and the feedback frame reports it (the motor side, as a 2EC motor's feedback
+does); register 81 reads the link. The plant's timestep is then the file's divided into the
+substeps the spring and ``drive_gains`` need: ``advance`` and the real-time thread step at that
+shorter timestep.
 
 Two ways to run it:
 
@@ -107,25 +81,23 @@ in the thread because its handler is process-global and the mujoco_sim node inst
 from __future__ import annotations
 
 import collections
-import copy
 import logging
 import math
 import numbers
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import can
-import mujoco
 import numpy as np
 
-from ..errors import DataError
-from ..simulation import diverged
-from ..simulation.elastic import Transmission, elastic_plant
+from ..simulation.elastic import Transmission
 from . import protocol as dm
+from .emulated_plant import COULOMB_SMOOTHING, EmulatedPlant
 from .protocol import MotorLimits
+
+__all__ = ["CAN_BR_1M", "COULOMB_SMOOTHING", "MAX_CATCHUP_STEPS", "WATCHDOG_TICK", "EmulatedMotor",
+           "VirtualDamiaoArm", "emulated_motors"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +106,6 @@ WATCHDOG_TICK = 50e-6
 
 CAN_BR_1M = 4
 """CAN_BR register code of 1 Mbit/s, the value every emulated motor reports."""
-
-COULOMB_SMOOTHING = 0.02
-"""rad/s: the plant's Coulomb friction is frictionloss * tanh(dq / COULOMB_SMOOTHING) (the sign
-smoothing of ``simulation.StribeckFriction``'s default)."""
-
-_SLOPE_STEP = 1e-6      # rad/s: central difference for the friction law's slope
 
 MAX_CATCHUP_STEPS = 5
 """Real-time loop: steps run back to back when late; beyond this the lost time is dropped."""
@@ -237,32 +203,25 @@ def _temperature_bytes(temperatures) -> tuple[int, int]:
     return tuple(min(max(int(round(t)), 0), 255) for t in values)
 
 
-def _elastic_model(model_path, transmission: Transmission, drive_gains):
-    """The elastic arm of the file ``model_path`` (``elastic_plant``), stepped at the file's
-    timestep divided into the substeps the spring and ``drive_gains`` (kp (n,), kd (n,), or
-    None: the MIT frame's maxima) need. Returns (model, joint names (n,), (link qpos, link dof,
-    rotor qpos, rotor dof) addresses (n,) each)."""
-    if isinstance(model_path, mujoco.MjModel):
-        raise ValueError("a transmission needs the model's file (a path): the rotors are added to its spec")
-    path = str(Path(model_path))
-    rigid = mujoco.MjModel.from_xml_path(path)
-    if drive_gains is None:
-        drive_gains = (np.full(rigid.njnt, dm.KP_MAX), np.full(rigid.njnt, dm.KD_MAX))
-    try:
-        kp, kd = (np.broadcast_to(np.asarray(g, dtype=float), (rigid.njnt,)) for g in drive_gains)
-    except (TypeError, ValueError):
-        raise ValueError(f"drive_gains must be (kp, kd), each {rigid.njnt} values, got {drive_gains!r}") from None
-    if not (np.all(np.isfinite(kp)) and np.all(np.isfinite(kd)) and np.all(kp >= 0) and np.all(kd >= 0)):
-        raise ValueError(f"drive_gains must be finite and >= 0, got {drive_gains!r}")
-    # one sample per file timestep: the substeps then come from the spring and the gains alone
-    try:
-        plant = elastic_plant(path, transmission, 1.0 / float(rigid.opt.timestep), (kp, kd))
-    except DataError as err:
-        raise ValueError(str(err)) from None
-    model = plant.model
-    # the emulator keeps the file's contacts and idle actuators, as it does for a rigid arm
-    model.opt.disableflags = rigid.opt.disableflags
-    return model, plant.joint_names, (plant.link_qpos, plant.link_dof, plant.rotor_qpos, plant.rotor_dof)
+def _check_ids(motors) -> None:
+    """Raise ValueError unless ``motors`` are EmulatedMotors with unique can_ids and master_ids,
+    no master_id being a can_id."""
+    for m in motors:
+        if not isinstance(m, EmulatedMotor):
+            raise ValueError(f"motors must be EmulatedMotor instances, got {type(m).__name__}")
+    for attr in ("can_id", "master_id"):
+        seen = {}
+        for m in motors:
+            value = getattr(m, attr)
+            if value in seen:
+                raise ValueError(f"duplicate {attr} 0x{value:03X} (joints '{seen[value]}' and "
+                                 f"'{m.joint_name}')")
+            seen[value] = m.joint_name
+    can_ids = {m.can_id: m.joint_name for m in motors}
+    for m in motors:
+        if m.master_id in can_ids:
+            raise ValueError(f"master_id 0x{m.master_id:03X} of joint '{m.joint_name}' is the can_id "
+                             f"of joint '{can_ids[m.master_id]}': its feedback would read as a command")
 
 
 class _MotorState:
@@ -272,7 +231,7 @@ class _MotorState:
 
     def __init__(self, spec: EmulatedMotor, index: int, timeout_ticks: int):
         self.spec = spec
-        self.index = index                   # joint index (the emulator maps it to qpos and dof)
+        self.index = index                   # joint index (the plant maps it to qpos and dof)
         self.status = dm.STATUS_DISABLED
         self.silent = False
         lim = spec.default_limits()
@@ -304,12 +263,12 @@ class VirtualDamiaoArm:
     delay: s (>= 0), how long after a frame is read a motor acts on it and answers.
     joint_friction: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the motion.
     frictionloss: "law" (default) applies the model's frictionloss and damping as a law of the
-      velocity, with ``joint_friction`` (see the module docstring); "constraint" leaves them to
+      velocity, with ``joint_friction`` (see ``emulated_plant``); "constraint" leaves them to
       MuJoCo (soft frictionloss constraint, implicit damping) and adds ``joint_friction``
       explicitly. The model passed in is not changed (the emulator works on a copy).
     transmission: None (rigid) or a ``simulation.elastic.Transmission`` (stiffness, damping and
       rotor inertia per joint, joint order of the file; hinge joints only, ``model_path`` a
-      file): the elastic arm of the module docstring. ``joint_friction`` then gets the rotors'
+      file): the elastic arm of ``emulated_plant``. ``joint_friction`` then gets the rotors'
       velocities (n,) rad/s and acts on the rotors.
     drive_gains: with a transmission, (kp (n,) N m/rad, kd (n,) N m s/rad), the largest gains
       the host will send, for the timestep; None: the MIT frame's maxima.
@@ -325,87 +284,40 @@ class VirtualDamiaoArm:
                  bus_kwargs=None, timeout_ticks=0, initial_positions=None, realtime=True,
                  temperatures=(30, 35), delay=0.0, joint_friction=None, frictionloss="law",
                  transmission: Transmission | None = None, drive_gains=None):
-        if transmission is not None:
-            self._model, names, addresses = _elastic_model(model_path, transmission, drive_gains)
-        elif drive_gains is not None:
-            raise ValueError("drive_gains set the timestep of an elastic transmission: give a transmission too")
-        elif isinstance(model_path, mujoco.MjModel):
-            self._model = copy.copy(model_path)       # a deep copy: its friction is changed below
-        else:
-            self._model = mujoco.MjModel.from_xml_path(str(Path(model_path)))
-        model = self._model
-        self._data = mujoco.MjData(model)
-        if transmission is None:
-            n = model.njnt
-            names = tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}" for j in range(n))
-            sliding = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-            bad = [name for name, t in zip(names, model.jnt_type) if int(t) not in sliding]
-            if bad:
-                raise ValueError(f"joints {bad} are neither hinge nor slide: a Damiao motor drives one "
-                                 "degree of freedom")
-            # hinge/slide only, so joint j owns qpos[j] and qvel[j]; motor and link are one
-            addresses = (np.arange(n),) * 4
-        n = len(names)
-        self.joint_names = names
-        self._elastic = transmission is not None
-        # qpos and dof addresses (n,) each, joint order: the link's hinge and the motor's (the
-        # rotor's, or the same hinge when rigid); the motor arrays below are indexed by joint
-        self._link_qpos, self._link_dof, self._motor_qpos, self._motor_dof = addresses
-
         if isinstance(timeout_ticks, bool) or not isinstance(timeout_ticks, numbers.Integral) \
                 or not 0 <= timeout_ticks <= 0xFFFFFFFF:
             raise ValueError(f"timeout_ticks must be an integer in 0..2^32-1 (units of 50 us), "
                              f"got {timeout_ticks!r}")
         timeout_ticks = int(timeout_ticks)
-        self._states = self._check_motors(list(motors), timeout_ticks)
-        self._by_can_id = {s.spec.can_id: s for s in self._states}
-
+        motors = list(motors)
+        _check_ids(motors)
         self._temperatures = _temperature_bytes(temperatures)
+        if not (isinstance(delay, numbers.Real) and math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        self._delay = float(delay)
+
+        self._plant = plant = EmulatedPlant(
+            model_path, motors, transmission=transmission, drive_gains=drive_gains, frictionloss=frictionloss,
+            joint_friction=joint_friction, initial_positions=initial_positions)
+        self.joint_names = plant.joint_names
+        self._dt = plant.dt
+        n = len(plant.joint_names)
+        # motor i drives joint i: the plant's drives and these states share the joint index
+        self._states = [_MotorState(m, j, timeout_ticks) for j, m in enumerate(plant.motors)]
+        self._by_can_id = {s.spec.can_id: s for s in self._states}
+        for s in self._states:
+            plant.set_torque_limit(s.index, s.limits.tmax)
+
         self._interface, self._channel = interface, channel
         self._bus_kwargs = dict(bus_kwargs or {})
         self._realtime = bool(realtime)
-        self._dt = float(model.opt.timestep)
-        if not (isinstance(delay, numbers.Real) and math.isfinite(delay) and delay >= 0):
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        if joint_friction is not None and not callable(joint_friction):
-            raise ValueError("joint_friction must be None or a callable qvel -> (n,) N m")
-        self._delay = float(delay)
-        self._friction = joint_friction
-        if frictionloss not in ("law", "constraint"):
-            raise ValueError(f"frictionloss must be 'law' or 'constraint', got {frictionloss!r}")
-        self._law = frictionloss == "law"
-        if self._law:
-            implicit = (int(mujoco.mjtIntegrator.mjINT_IMPLICIT), int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST))
-            eulerdamp = not model.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)
-            if not (int(model.opt.integrator) in implicit
-                    or (int(model.opt.integrator) == int(mujoco.mjtIntegrator.mjINT_EULER) and eulerdamp)):
-                raise ValueError("frictionloss='law' needs an integrator that treats damping implicitly "
-                                 "(implicit, implicitfast, or Euler with eulerdamp); use frictionloss='constraint'")
-            self._coulomb = model.dof_frictionloss.copy()
-            self._damping = model.dof_damping.copy()
-            model.dof_frictionloss[:] = 0.0
         self._pending = collections.deque()     # (sim time due, frame) read but not yet acted on
-
-        # Vectorised motor state, index = joint index. Commands are the decoded SI values.
-        self._dir = np.array([s.spec.direction for s in self._states], dtype=float)
-        self._offset = np.array([s.spec.position_offset for s in self._states], dtype=float)
-        self._gain = self._dir * np.array([s.spec.effort_gain for s in self._states], dtype=float)
-        self._tmax = np.array([s.limits.tmax for s in self._states])
-        self._neg_tmax = -self._tmax
-        self._kp, self._kd, self._p_des, self._v_des, self._t_ff = (np.zeros(n) for _ in range(5))
-        self._active = np.zeros(n)              # 1.0 while enabled in MIT mode, else 0.0
-        self._motor_tau = np.zeros(n)           # T applied in the last step (motor side), N m
         self._timeout = np.array([timeout_ticks * WATCHDOG_TICK] * n, dtype=float)
         self._last_rx = np.zeros(n)             # sim time of the last frame per motor, s
         self._deadline = np.full(n, np.inf)     # sim time at which the watchdog fires
         self._next_deadline = np.inf
         self._scripts = {}                      # motor index -> [(sim time, status), ...] still to come
         self._next_script = np.inf              # sim time of the earliest of them
-        self._buf_p, self._buf_v, self._buf_t = np.empty(n), np.empty(n), np.empty(n)
-        self._buf_x = np.empty(n)
-
-        self._set_initial_positions(initial_positions)
-        self._data.ctrl[:] = 0.0                # the model's own actuators stay idle
 
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
@@ -419,60 +331,6 @@ class VirtualDamiaoArm:
         self._frame_cost_sum = 0.0
         self._busy = 0.0
         self._run_wall = 0.0
-
-    # --- construction ------------------------------------------------------------------
-
-    def _check_motors(self, motors, timeout_ticks) -> list:
-        index = {name: j for j, name in enumerate(self.joint_names)}
-        by_joint = {}
-        for m in motors:
-            if not isinstance(m, EmulatedMotor):
-                raise ValueError(f"motors must be EmulatedMotor instances, got {type(m).__name__}")
-            if m.joint_name not in index:
-                raise ValueError(f"motor can_id 0x{m.can_id:03X} drives joint '{m.joint_name}', which "
-                                 f"is not in the model (joints: {', '.join(self.joint_names)})")
-            if m.joint_name in by_joint:
-                raise ValueError(f"joint '{m.joint_name}' has two motors")
-            by_joint[m.joint_name] = m
-        missing = [name for name in self.joint_names if name not in by_joint]
-        if missing:
-            raise ValueError(f"model joints without a motor: {', '.join(missing)}")
-        for attr in ("can_id", "master_id"):
-            seen = {}
-            for m in motors:
-                value = getattr(m, attr)
-                if value in seen:
-                    raise ValueError(f"duplicate {attr} 0x{value:03X} (joints '{seen[value]}' and "
-                                     f"'{m.joint_name}')")
-                seen[value] = m.joint_name
-        can_ids = {m.can_id: m.joint_name for m in motors}
-        for m in motors:
-            if m.master_id in can_ids:
-                raise ValueError(f"master_id 0x{m.master_id:03X} of joint '{m.joint_name}' is the can_id "
-                                 f"of joint '{can_ids[m.master_id]}': its feedback would read as a command")
-        return [_MotorState(by_joint[name], j, timeout_ticks) for j, name in enumerate(self.joint_names)]
-
-    def _set_initial_positions(self, initial_positions) -> None:
-        data = self._data
-        links = self._link_qpos
-        if initial_positions is not None:
-            if isinstance(initial_positions, Mapping):
-                index = {name: j for j, name in enumerate(self.joint_names)}
-                for name, value in initial_positions.items():
-                    if name not in index:
-                        raise ValueError(f"initial_positions names joint '{name}', which is not in the model")
-                    data.qpos[links[index[name]]] = float(value)
-            else:
-                q0 = np.asarray(initial_positions, dtype=float)
-                if q0.shape != (len(links),):
-                    raise ValueError(f"initial_positions must have shape ({len(links)},), got {q0.shape}")
-                data.qpos[links] = q0
-            if not np.all(np.isfinite(data.qpos)):
-                raise ValueError("initial_positions must be finite")
-        # an elastic arm starts undeflected: each rotor on its link's angle
-        data.qpos[self._motor_qpos] = data.qpos[links]
-        data.qvel[:] = 0.0
-        mujoco.mj_forward(self._model, data)
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -515,19 +373,19 @@ class VirtualDamiaoArm:
     @property
     def sim_time(self) -> float:
         """MuJoCo time, s."""
-        return float(self._data.time)
+        return float(self._plant.time)
 
     @property
     def q(self) -> np.ndarray:
         """True joint (link-side) positions (n,), model joint order, rad (m for slides); a copy."""
         with self._lock:
-            return self._data.qpos[self._link_qpos]
+            return self._plant.q
 
     @property
     def dq(self) -> np.ndarray:
         """True joint (link-side) velocities (n,), rad/s (m/s); a copy."""
         with self._lock:
-            return self._data.qvel[self._link_dof]
+            return self._plant.dq
 
     @property
     def motor_q(self) -> np.ndarray:
@@ -535,20 +393,20 @@ class VirtualDamiaoArm:
         ratio, the joint's zero and sign), rad; ``q`` without a transmission; a copy. The
         deflection is ``q - motor_q``."""
         with self._lock:
-            return self._data.qpos[self._motor_qpos]
+            return self._plant.motor_q
 
     @property
     def motor_dq(self) -> np.ndarray:
         """True motor-side velocities (n,) in joint units, rad/s; ``dq`` without a transmission."""
         with self._lock:
-            return self._data.qvel[self._motor_dof]
+            return self._plant.motor_dq
 
     @property
     def tau(self) -> np.ndarray:
         """Joint torques (n,) the motors applied during the last physics step, N m (N);
         = direction * effort_gain * T (joint friction not included)."""
         with self._lock:
-            return self._gain * self._motor_tau
+            return self._plant.tau
 
     @property
     def frames_received(self) -> int:
@@ -642,7 +500,7 @@ class VirtualDamiaoArm:
             s = self._state(can_id)
             self._scripts.pop(s.index, None)
             if plan:
-                at = self._data.time
+                at = self._plant.time
                 timed = []
                 for status, seconds in plan:
                     timed.append((at, status))
@@ -703,102 +561,34 @@ class VirtualDamiaoArm:
     # --- physics ---------------------------------------------------------------------------
 
     def _step(self) -> None:
-        """One MuJoCo step under the MIT law of every motor; then the watchdog."""
+        """One physics step under the MIT law of every motor; then the frames now due, the
+        watchdog and the scripts."""
         t0 = time.perf_counter()
-        data = self._data
-        p, v, t, x = self._buf_p, self._buf_v, self._buf_t, self._buf_x
-        # motor-side state (the rotor's with a transmission); arrays are preallocated: this runs
-        # 1000 times a second or more; the state at mid-step: p + v dt/2 and v + a dt/2 (a of the
-        # last step)
-        motor_dof = self._motor_dof
-        if self._elastic:
-            # the rotors' entries, into buffers (t and v are overwritten only once used)
-            qvel = np.take(data.qvel, motor_dof, out=x)
-            qpos = np.take(data.qpos, self._motor_qpos, out=t)
-            qacc = np.take(data.qacc, motor_dof, out=v)
-        else:
-            qvel, qpos, qacc = data.qvel, data.qpos, data.qacc
-        np.multiply(qvel, 0.5 * self._dt, out=p)
-        p += qpos
-        p -= self._offset
-        p *= self._dir
-        np.multiply(qacc, 0.5 * self._dt, out=v)
-        v += qvel
-        v *= self._dir
-        np.subtract(self._p_des, p, out=p)
-        p *= self._kp
-        np.subtract(self._v_des, v, out=v)
-        v *= self._kd
-        np.add(p, v, out=t)
-        t += self._t_ff
-        # minimum/maximum: np.clip costs several microseconds on arrays this small
-        np.minimum(t, self._tmax, out=t)
-        np.maximum(t, self._neg_tmax, out=t)
-        np.multiply(t, self._active, out=self._motor_tau)
-        if self._elastic:
-            # the motor turns the rotor; the link gets only what the spring passes
-            data.qfrc_applied[:] = 0.0
-            data.qfrc_applied[motor_dof] = self._motor_tau * self._gain
-        else:
-            np.multiply(self._motor_tau, self._gain, out=data.qfrc_applied)
-        if self._law:
-            velocity = np.array(data.qvel)
-            friction = self._friction_law(velocity)
-            # F's slope, at half weight, into MuJoCo's implicit damping: F at the mid-step velocity
-            slope = (self._friction_law(velocity + _SLOPE_STEP) - self._friction_law(velocity - _SLOPE_STEP)) \
-                / (2.0 * _SLOPE_STEP)
-            half = 0.5 * np.maximum(slope, 0.0)
-            self._model.dof_damping[:] = half
-            data.qfrc_applied -= friction - half * velocity
-        elif self._friction is not None:
-            if self._elastic:
-                data.qfrc_applied[motor_dof] -= self._friction(data.qvel[motor_dof])
-            else:
-                data.qfrc_applied -= self._friction(np.array(data.qvel))
-        mujoco.mj_step(self._model, data)
+        diverging = self._plant.step()
         self._steps += 1
-        while self._pending and data.time >= self._pending[0][0] - _TIME_EPS:
+        now = self._plant.time
+        while self._pending and now >= self._pending[0][0] - _TIME_EPS:
             self._handle(self._pending.popleft()[1])
-        if diverged(data):
-            raise _Diverged(self._divergence_message())
-        if data.time >= self._next_deadline - _TIME_EPS:
+        if diverging:
+            raise _Diverged(f"{self._plant.divergence()}; torques zeroed, replies stopped")
+        if now >= self._next_deadline - _TIME_EPS:
             self._watchdog()
-        if data.time >= self._next_script - _TIME_EPS:
+        if now >= self._next_script - _TIME_EPS:
             self._play_scripts()
         cost = time.perf_counter() - t0
         self._step_cost_sum += cost
         if cost > self._step_cost_max:
             self._step_cost_max = cost
 
-    def _friction_law(self, velocity: np.ndarray) -> np.ndarray:
-        """The plant's friction F (nv,) N m at dof velocities (nv,) rad/s (frictionloss='law'):
-        the model's damping and frictionloss at every dof (an elastic arm has them on its
-        rotors), ``joint_friction`` at the motors' dofs."""
-        out = self._damping * velocity + self._coulomb * np.tanh(velocity / COULOMB_SMOOTHING)
-        if self._friction is not None:
-            if self._elastic:
-                out[self._motor_dof] += self._friction(velocity[self._motor_dof])
-            else:
-                out += self._friction(velocity)
-        return out
-
-    def _divergence_message(self) -> str:
-        fired = [f"{name} ({self._data.warning[idx].lastinfo})" for name, idx in
-                 (("bad qpos", _BADQPOS), ("bad qvel", _BADQVEL), ("bad qacc", _BADQACC))
-                 if self._data.warning[idx].number]
-        return (f"physics diverged at t={self._data.time:.4f} s: MuJoCo reported {', '.join(fired)} "
-                "(dof index in parentheses): the gains are too high for the timestep, or a torque is "
-                "absurd; torques zeroed, replies stopped")
-
     def _watchdog(self) -> None:
-        now = self._data.time
+        now = self._plant.time
         for s in self._states:
             if now >= self._deadline[s.index] - _TIME_EPS:
                 self._fault(s, dm.STATUS_COMMUNICATION_LOST)
         self._next_deadline = float(self._deadline.min())
 
     def _play_scripts(self) -> None:
-        now = self._data.time
+        now = self._plant.time
         for i in list(self._scripts):
             steps = self._scripts[i]
             while steps and now >= steps[0][0] - _TIME_EPS:
@@ -812,14 +602,9 @@ class VirtualDamiaoArm:
         if self._error is None:
             self._error = message
             logger.error("damiao emulator on channel %r: %s", self._channel, message, exc_info=exc_info)
-        self._active[:] = 0.0
-        self._motor_tau[:] = 0.0
-        self._data.qfrc_applied[:] = 0.0
+        self._plant.halt()
 
     # --- motor state changes ----------------------------------------------------------------
-
-    def _clear_command(self, i: int) -> None:
-        self._kp[i] = self._kd[i] = self._p_des[i] = self._v_des[i] = self._t_ff[i] = 0.0
 
     def _fault(self, s: _MotorState, status: int) -> None:
         s.status = status
@@ -836,13 +621,13 @@ class VirtualDamiaoArm:
     def _enter_enable(self, s: _MotorState) -> None:
         i = s.index
         s.status = dm.STATUS_ENABLED
-        self._clear_command(i)     # zero torque until the first MIT command
-        self._active[i] = 1.0 if s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT else 0.0
+        self._plant.clear_command(i)     # zero torque until the first MIT command
+        self._plant.set_active(i, s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT)
         self._arm_watchdog(s)
 
     def _leave_enable(self, i: int) -> None:
-        self._active[i] = 0.0
-        self._clear_command(i)
+        self._plant.set_active(i, False)
+        self._plant.clear_command(i)
         self._deadline[i] = np.inf
         self._next_deadline = float(self._deadline.min())
 
@@ -856,23 +641,12 @@ class VirtualDamiaoArm:
         if self._deadline[i] < self._next_deadline:
             self._next_deadline = float(self._deadline[i])
 
-    def _motor_state(self, i: int) -> tuple[float, float, float]:
-        """Motor-side (p rad, v rad/s, T N m) now; T is the torque the law gives at this state."""
-        d = self._dir[i]
-        p = d * (self._data.qpos[self._motor_qpos[i]] - self._offset[i])
-        v = d * self._data.qvel[self._motor_dof[i]]
-        if not self._active[i]:
-            return p, v, 0.0
-        t = self._kp[i] * (self._p_des[i] - p) + self._kd[i] * (self._v_des[i] - v) + self._t_ff[i]
-        tmax = self._tmax[i]
-        return p, v, min(max(t, -tmax), tmax)
-
     # --- frames ----------------------------------------------------------------------------
 
     def _receive(self, msg: can.Message) -> None:
         """A frame read off the bus: handled now, or queued for ``delay`` of sim time."""
         if self._delay > 0.0:
-            self._pending.append((self._data.time + self._delay, msg))
+            self._pending.append((self._plant.time + self._delay, msg))
         else:
             self._handle(msg)
 
@@ -908,7 +682,7 @@ class VirtualDamiaoArm:
 
     def _received(self, s: _MotorState) -> None:
         # any frame addressed to the motor feeds its watchdog
-        self._last_rx[s.index] = self._data.time
+        self._last_rx[s.index] = self._plant.time
         if s.status == dm.STATUS_ENABLED:
             self._arm_watchdog(s)
 
@@ -930,18 +704,15 @@ class VirtualDamiaoArm:
                     s.status = dm.STATUS_DISABLED
             elif code == dm.CMD_SAVE_ZERO:
                 if s.status != dm.STATUS_ENABLED:
-                    # p_motor = direction * (q - offset) becomes 0 at the present motor position
-                    self._offset[i] = self._data.qpos[self._motor_qpos[i]]
+                    self._plant.zero_position(i)
         elif (s.status == dm.STATUS_ENABLED
               and s.registers[dm.RID_CTRL_MODE] == dm.CTRL_MODE_MIT):
-            cmd = dm.decode_mit(data, s.limits)
-            self._p_des[i], self._v_des[i] = cmd.position, cmd.velocity
-            self._kp[i], self._kd[i], self._t_ff[i] = cmd.kp, cmd.kd, cmd.torque
+            self._plant.set_command(i, dm.decode_mit(data, s.limits))
         # else: an MIT frame while disabled, faulted or in another mode is ignored, yet answered
         return self._feedback(s)
 
     def _feedback(self, s: _MotorState) -> bytes:
-        p, v, t = self._motor_state(s.index)
+        p, v, t = self._plant.motor_state(s.index)
         mos, coil = self._temperatures
         return dm.encode_feedback(dm.Feedback(s.id_nibble, s.status, p, v, t, mos, coil), s.limits)
 
@@ -971,10 +742,10 @@ class VirtualDamiaoArm:
     def _read_register(self, s: _MotorState, rid: int):
         i = s.index
         if rid == dm.RID_MOTOR_POSITION:
-            return _float32(self._motor_state(i)[0])
+            return _float32(self._plant.motor_state(i)[0])
         if rid == dm.RID_OUTPUT_POSITION:
             # the output shaft's single-turn encoder, on the motor's zero and sign
-            link = self._dir[i] * (self._data.qpos[self._link_qpos[i]] - self._offset[i])
+            link = self._plant.output_position(i)
             return _float32(link - 2.0 * math.pi * math.floor((link + math.pi) / (2.0 * math.pi)))
         return s.registers[rid]
 
@@ -990,8 +761,7 @@ class VirtualDamiaoArm:
             s.registers[rid] = value
             s.limits = MotorLimits(s.registers[dm.RID_PMAX], s.registers[dm.RID_VMAX],
                                    s.registers[dm.RID_TMAX])
-            self._tmax[i] = s.limits.tmax
-            self._neg_tmax[i] = -s.limits.tmax
+            self._plant.set_torque_limit(i, s.limits.tmax)
         elif rid == dm.RID_CTRL_MODE:
             if value not in (dm.CTRL_MODE_MIT, dm.CTRL_MODE_POS_VEL, dm.CTRL_MODE_VEL,
                              dm.CTRL_MODE_POS_FORCE):
@@ -999,10 +769,10 @@ class VirtualDamiaoArm:
             s.registers[rid] = value
             if value != dm.CTRL_MODE_MIT:
                 # other modes are not emulated: the motor produces no torque in them
-                self._clear_command(i)
-                self._active[i] = 0.0
+                self._plant.clear_command(i)
+                self._plant.set_active(i, False)
             elif s.status == dm.STATUS_ENABLED:
-                self._active[i] = 1.0
+                self._plant.set_active(i, True)
         elif rid == dm.RID_TIMEOUT:
             s.registers[rid] = value
             self._timeout[i] = value * WATCHDOG_TICK
@@ -1077,7 +847,3 @@ class VirtualDamiaoArm:
 class _Diverged(Exception):
     """MuJoCo reported a diverging state during a step."""
 
-
-_BADQPOS = int(mujoco.mjtWarning.mjWARN_BADQPOS)
-_BADQVEL = int(mujoco.mjtWarning.mjWARN_BADQVEL)
-_BADQACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
