@@ -65,6 +65,7 @@ from .results.export import add_transmission, params_document, write_damiao_csv,
 from .results.payload import frame_pose
 from .results.urdf_export import write_updated_robot
 from .results.plots import write_plots
+from .results.html_report import write_html_report
 from .results.report import format_result
 from .simulation import MeasurementNoise, ideal_recording, simulate, simulation_timing
 from .simulation.elastic import Gearbox, Transmission, simulate_elastic
@@ -84,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=Path("sysid_output"), help="default ./sysid_output")
     parser.add_argument("--export-damiao", action="store_true", help="write damiao_trajectory.csv")
     parser.add_argument("--no-plots", action="store_true",
-                        help="skip torque_fit.png, residuals.png and parameters.png (matplotlib)")
+                        help="skip torque_fit.png, residuals.png and parameters.png (matplotlib); report.html "
+                             "is still written, with its tables and without figures")
     parser.add_argument("--motor-type", action="append", default=[],
                         help="Damiao motor type per joint, repeat once per joint (with --export-damiao)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the excitation and the noise (default 0)")
@@ -412,7 +414,7 @@ def check_replayed_trajectory(plan, robot, path: Path) -> None:
 # --- outputs ----------------------------------------------------------------------------------
 
 OUTPUTS = ("params.json", "updated_model.xml", "updated_model.urdf", "damiao_trajectory.csv", "torque_fit.png", "residuals.png",
-           "parameters.png", "residual_model.json", "friction_sweep.json", "friction_sweep.png")
+           "parameters.png", "residual_model.json", "friction_sweep.json", "friction_sweep.png", "report.html")
 """Every file a run may write into --output-dir."""
 
 
@@ -501,9 +503,34 @@ def _cap_text(design) -> str:
     return f"; cap {design.condition_cap:.1f}{source}"
 
 
+def _excitation_rows(args: argparse.Namespace, plan, design, check_plan) -> list:
+    """(label, text) rows on the excitation for report.html: what made the plan and, for an
+    optimized design, its criterion and condition number against the multisines' median."""
+    span = f"{plan.time[-1] - plan.time[0]:g} s at {args.sample_rate:g} Hz"
+    if args.trajectory is not None:
+        rows = [("excitation", f"replayed {args.trajectory}, {span}")]
+    elif design is None:
+        rows = [("excitation", f"multisine, seed {args.seed}, {span}, up to {args.max_velocity:g} rad/s")]
+    else:
+        gain = ("no multisine reference (the design had no condition cap): its gain over the multisines is "
+                "not known" if design.reference_condition is None else
+                f"{design.reference_condition / design.condition_number_scaled:.2f} times lower than the "
+                f"multisines' median {design.reference_condition:.1f}")
+        rows = [("excitation", f"optimized Fourier series, seed {args.seed}, {span}"),
+                ("design", f"{design.criterion} criterion {design.criterion_value:.3f} (best start "
+                           f"{design.initial_criterion_value:.3f}); condition number on the plan "
+                           f"{design.condition_number_scaled:.1f} with unit-norm columns "
+                           f"({design.condition_number:.1f} raw){_cap_text(design)}; {gain}; limits met: "
+                           f"{design.limits_met}")]
+    return rows + [("validation run", f"multisine, seed {args.seed + 1000}, "
+                                      f"{check_plan.time[-1] - check_plan.time[0]:g} s")]
+
+
 def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
     """The identification excitation: replayed from --trajectory, optimized, or a multisine,
-    each checked for size (``check_size``) before it is made. Saved to --save-trajectory when given."""
+    each checked for size (``check_size``) before it is made. Saved to --save-trajectory when given.
+    Returns (plan, the ExcitationDesign of an optimized one or None)."""
+    design = None
     target = args.save_trajectory
     if target is not None:  # fail now, not after a long optimization
         if target.suffix.lower() not in (".json", ".csv"):
@@ -553,7 +580,7 @@ def _excitation(args: argparse.Namespace, robot, config: IdentificationConfig):
     if args.save_trajectory is not None:
         save_trajectory(args.save_trajectory, plan, robot.joint_names)
         print(f"Excitation saved to {args.save_trajectory}")
-    return plan
+    return plan, design
 
 
 def run(args: argparse.Namespace) -> int:
@@ -583,7 +610,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.excitation == "friction-sweep":
         return _friction_sweep(args, robot, plant, started)
-    plan = _excitation(args, robot, config)
+    plan, design = _excitation(args, robot, config)
     check_plan = _multisine(args, robot, max(5.0, args.duration / 3), args.seed + 1000)
 
     timing = simulation_timing(plant.model, args.sample_rate)
@@ -602,7 +629,8 @@ def run(args: argparse.Namespace) -> int:
     recording = _record(args, robot, plant, plan, "identification run")
     validation = _record(args, robot, plant, check_plan, "validation run")
 
-    result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source, known)
+    result, status = _identify_and_write(args, robot, truth, config, recording, validation, args.source, known,
+                                         _excitation_rows(args, plan, design, check_plan))
     if args.export_damiao and result.verdict.level != "failed":
         # feed-forward for real motors: a real joint's friction, not the simulator's
         if known is None:
@@ -720,9 +748,10 @@ def _friction_sweep(args: argparse.Namespace, robot, plant, started: float) -> i
 
 
 def _identify_and_write(args: argparse.Namespace, robot, truth, config, recording, validation, source: str,
-                        known=None):
-    """Identify, write params.json, the plots and the updated model; (result, exit status).
-    ``known`` the joints' friction fixed from a sweep (--friction-from), None to identify it."""
+                        known=None, excitation=()):
+    """Identify, write params.json, the plots, report.html and the updated model; (result, exit
+    status). ``known`` the joints' friction fixed from a sweep (--friction-from), None to identify
+    it; ``excitation`` (label, text) rows on the excitation for the report."""
     print(f"Identifying ({args.scope} scope, {args.estimator}"
           + (f", friction fixed from {known.source})" if known is not None else ")"))
     if known is None:
@@ -764,6 +793,9 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
             write_plots(args.output_dir, robot, result, recording, validation)
         except ImportError as err:  # matplotlib is optional for the core
             print(f"warning: no plots ({err}); install matplotlib or pass --no-plots", file=sys.stderr)
+    # always written, failed verdicts included (it says why); --no-plots leaves its figures out
+    write_html_report(args.output_dir / "report.html", robot, result, document, recording, validation,
+                      figures=not args.no_plots, excitation=excitation)
     return result, _write_model_files(args, robot, result)
 
 

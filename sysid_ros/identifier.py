@@ -91,6 +91,7 @@ from sysid_core.results.export import add_transmission, params_document, write_p
 from sysid_core.results.payload import terminal_inertia, with_consistent_inertia
 from sysid_core.results.urdf_export import write_updated_robot
 from sysid_core.results.plots import write_plots
+from sysid_core.results.html_report import write_html_report
 from sysid_core.results.report import format_result
 from sysid_core.simulation import simulation_timing
 from sysid_ros.entry_point import spin_node
@@ -164,6 +165,9 @@ PARAMETERS = {
     "truth_model": ("", "MJCF of the arm that produced the data (a simulation's truth model): the result is "
                         "compared with it in the log, params.json and the service answer; empty: no comparison"),
     "plots": (True, "write torque_fit.png, residuals.png and parameters.png next to params.json"),
+    "report_html": (True, "write report.html next to params.json, after the service answered: one self-contained "
+                          "page with the verdict, payload, friction curves, torque fit, validation, base parameters, "
+                          "excitation and the recording's counts (its figures only with plots)"),
     "validation_fraction": (0.0, "share of the recording, at its end, held out to validate the model identified "
                                  "on the rest (a non-repeating excitation makes it a different one); 0: none"),
     "recording": ("", "rosbag2 bag (directory, .mcap or .db3) or recording CSV to identify from instead of the live "
@@ -214,6 +218,23 @@ def check_parameter(name: str, value) -> str | None:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def _recording_notes(counts: RecordingCounts, source: str, rows: int, decimation: int) -> tuple:
+    """Lines on what became of the messages of ``source`` (its RecordingCounts), for report.html."""
+    missing = "unknown (receive stamps)" if counts.missing is None else str(counts.missing)
+    notes = [f"{source}: {counts.recorded} samples recorded of {counts.received} received; {counts.rejected} "
+             f"rejected, {counts.overwritten} overwritten when the buffer was full, {missing} missing from the "
+             f"stamps (lost before they reached the node), {counts.stretches} stretch(es)",
+             f"{rows} rows identified after filtering and decimation by {decimation}"]
+    for kind, seen in (counts.rejections or {}).items():
+        where = "; ".join(f"{k} {seen[k]}" for k in ("first", "last") if seen.get(k))
+        notes.append(f"rejected ({kind}): {seen.get('count', 0)}" + (f" ({where})" if where else ""))
+    if counts.motor is not None:
+        motor = counts.motor
+        notes.append(f"motor side: {motor.get('received')} received, {motor.get('rejected')} rejected, "
+                     f"{motor.get('matched')} joint samples with every joint's motor side")
+    return tuple(notes)
 
 
 class Identifier(Node):
@@ -696,7 +717,8 @@ class Identifier(Node):
 
     def run_identification(self) -> tuple[dict, object]:
         """Identify from the recording with the current parameters; returns the summary and a
-        function writing the figures (None without ``plots``), for after the answer.
+        function writing the figures and report.html (None without ``plots`` and ``report_html``),
+        for after the answer.
 
         Removes what an earlier run left in output_dir, writes params.json (with the verdict)
         and, unless the verdict is failed, the updated model (updated_model.xml, or .urdf for a
@@ -795,6 +817,8 @@ class Identifier(Node):
             "condition_number": document["condition_number"],
             "effort_mode": self._param("effort_mode"),
             "params_json": str(output / "params.json"),
+            # written after the answer, by the returned function
+            "report_html": str(output / "report.html") if self._param("report_html") else None,
             "residual_model": None if residual is None else str(output / "residual_model.json"),
             "updated_model": None if model_path is None else str(model_path),
             "payload": payload,
@@ -808,14 +832,24 @@ class Identifier(Node):
             summary["updated_model_error"] = f"{model_name} not written: {model_error}"
         summary["elapsed_s"] = round(time.perf_counter() - started, 3)
         summary["snapshot_s"] = round(copied, 3)
-        if not self._param("plots"):
+        plots, report = self._param("plots"), self._param("report_html")
+        if not plots and not report:
             return summary, None
+        notes = _recording_notes(counts, self._param("recording") or self._joint_sub.topic_name,
+                                 result.metrics.n_samples, config.filter.decimation)
 
         def figures():
-            try:
-                write_plots(output, robot, result, identification, validation)
-            except (ImportError, OSError, ValueError, SysidError) as err:  # a figure never costs the result
-                self.get_logger().error(f"plots not written: {_one_line(err)}")
+            if plots:
+                try:
+                    write_plots(output, robot, result, identification, validation)
+                except (ImportError, OSError, ValueError, SysidError) as err:  # a figure never costs the result
+                    self.get_logger().error(f"plots not written: {_one_line(err)}")
+            if report:
+                try:
+                    write_html_report(output / "report.html", robot, result, document, identification, validation,
+                                      notes=notes, figures=plots)
+                except (OSError, ValueError, SysidError) as err:  # nor does the report
+                    self.get_logger().error(f"report.html not written: {_one_line(err)}")
         return summary, figures
 
 

@@ -251,7 +251,7 @@ def test_a_failed_run_leaves_no_file_of_a_previous_run(tmp_path, capsys):
                  "--motor-type", "DM4310", "--output-dir", str(out)]) == 0
     written = {p.name for p in out.iterdir()}
     assert written == {"params.json", "updated_model.xml", "damiao_trajectory.csv", "torque_fit.png",
-                       "residuals.png", "parameters.png"}
+                       "residuals.png", "parameters.png", "report.html"}
     previous = (out / "params.json").read_text()
     # a run that fails before writing anything leaves the previous run whole
     assert main([PLANAR, "--seed", "-2", "--output-dir", str(out)]) == 2
@@ -262,7 +262,7 @@ def test_a_failed_run_leaves_no_file_of_a_previous_run(tmp_path, capsys):
     (status, stdout, err), = run_cli([PLANAR, "--duration", "3", "--source", "sim", "--max-velocity", "1e-9",
                                       "--no-plots", "--output-dir", out])
     assert status == 3, (stdout, err)
-    assert {p.name for p in out.iterdir()} == {"params.json"}
+    assert {p.name for p in out.iterdir()} == {"params.json", "report.html"}
     assert json.loads((out / "params.json").read_text())["source"] == "sim"
 
 

@@ -769,3 +769,24 @@ def test_lost_samples_reach_the_verdict(lost, level, data, executor, nodes, tmp_
     assert summary["verdict"] == level and any("never arrived" in r for r in summary["verdict_reasons"]), summary
     # a doubtful result is usable: its model is written
     assert response.success == (level == "doubtful") == (tmp_path / "updated_model.xml").is_file()
+
+
+def test_report_html_next_to_params_json_after_the_answer(data, executor, nodes, tmp_path):
+    """report.html is written after the answer, by the identifying thread, with the node's counts;
+    with report_html false it is not (and the previous one is removed)."""
+    _, _, recording = data
+    node = make_identifier(nodes, output_dir=str(tmp_path), plots=False)
+    messages = Messages(recording)
+    feed(node, (messages.message(i) for i in range(recording.n_samples) if i != 100))
+    client = nodes(plain_node, unique("report_client"))
+    summary = json.loads(call(executor, client, "/sysid/identify").message)
+    assert summary["report_html"] == str(tmp_path / "report.html")
+    assert spin_until(executor, lambda: not identifications())  # written by the identifying thread
+    page = (tmp_path / "report.html").read_text()
+    assert page.index('<section id="verdict" class="verdict good"') < page.index('<section id="payload"')
+    assert f"{recording.n_samples - 1} samples recorded of {recording.n_samples - 1} received" in page
+    assert "1 missing from the stamps" in page and "https://" not in page
+    node.set_parameters([Parameter("report_html", value=False)])
+    summary = json.loads(call(executor, client, "/sysid/identify").message)
+    assert spin_until(executor, lambda: not identifications())
+    assert summary["report_html"] is None and not (tmp_path / "report.html").exists()
