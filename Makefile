@@ -1,9 +1,10 @@
 # sysid_ros on a bare machine: everything runs from .venv, no sourced ROS needed.
 #
-#   make venv    create .venv and install requirements.txt + this package (editable)
+#   make venv    create .venv and install requirements.txt, requirements-docs.txt + this package (editable)
 #   make demo    excite a simulated arm over ROS 2 and identify its payload (sysid_output/demo)
 #   make test    run the test suite
 #   make bench   install requirements-bench.txt and run every bench/*.py
+#   make docs    build the manual (doc/) into doc/_build/html, warnings as errors
 #   make clean   remove build/test/demo outputs (make distclean also removes .venv)
 #
 # PYTHON picks the interpreter that creates .venv: make venv PYTHON=python3.12
@@ -13,6 +14,7 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
+DOCS_STAMP  := $(VENV)/.docs-installed
 # The ROS 2 wheels exist for CPython 3.10 to 3.12; requirements.txt pins per version.
 MIN_PY := 3.10
 MAX_PY := 3.12
@@ -26,9 +28,10 @@ unexport PYTHONPATH PYTHONHOME LD_LIBRARY_PATH AMENT_PREFIX_PATH CMAKE_PREFIX_PA
 
 CHECK_PY = -c 'import sys; v = sys.version_info[:2]; sys.exit(not ((3, 10) <= v <= (3, 12)))'
 
-.PHONY: venv demo test bench clean distclean
+.PHONY: venv demo test bench docs clean distclean
 
-venv: $(STAMP)
+# the docs requirements too: the test suite builds the manual (test/test_docs.py)
+venv: $(STAMP) $(DOCS_STAMP)
 
 $(VPY):
 	@$(PYTHON) $(CHECK_PY) 2>/dev/null || { \
@@ -64,6 +67,15 @@ $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 	$(VPY) -m pip install -r requirements-bench.txt
 	touch $@
 
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(VPY) -m pip install -r requirements-docs.txt
+	touch $@
+
+# The manual (doc/), the Sphinx project rosdoc2 also builds; here with requirements-docs.txt's pins.
+docs: $(DOCS_STAMP)
+	$(VPY) -m sphinx -W --keep-going -b html doc doc/_build/html
+	@echo "The manual: doc/_build/html/index.html"
+
 bench: $(BENCH_STAMP)
 	@set -e; for f in bench/*.py; do \
 	  echo "=== $$f"; \
@@ -71,7 +83,7 @@ bench: $(BENCH_STAMP)
 	done
 
 clean:
-	rm -rf build install log sysid_output .pytest_cache .hypothesis *.egg-info MUJOCO_LOG.TXT
+	rm -rf build install log sysid_output .pytest_cache .hypothesis *.egg-info MUJOCO_LOG.TXT doc/_build
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

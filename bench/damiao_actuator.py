@@ -1,9 +1,9 @@
-"""Damiao actuator identification on the virtual arm with a known truth (issue 15): a table.
+"""Damiao actuator identification on the virtual arm with a known truth: a table.
 
 Truth: the OpenArm-class arm behind emulated DM-J motors with effort gains 0.85-1.15, a command
 delay of 5 ms and, with --stribeck, Stribeck friction on top of the model's own (static level
 1.5 x the Coulomb level, Stribeck velocity 0.1 rad/s); the plant's friction is a law of the velocity
-(--frictionloss constraint: MuJoCo's soft constraint, as before). Per command rate: two 20 s excitations
+(--frictionloss constraint: MuJoCo's soft constraint instead). Per command rate: two 20 s excitations
 (alone, and with 0.5 kg mounted off the wrist axes), the delay found from the replies, the
 MIT-loop correction, the two-recording gain calibration, the payload identified with the
 gains, the full arm identified with them, its actuator model written, compiled and replayed.
@@ -47,7 +47,7 @@ def main():
     parser.add_argument("--rates", type=float, nargs="+", default=[250.0, 500.0])
     parser.add_argument("--frictionloss", choices=("law", "constraint"), default="law",
                         help="the plant's frictionloss: a law of the velocity (the default, as a motor's) "
-                             "or MuJoCo's soft constraint (the figures before issue 15's last change)")
+                             "or MuJoCo's soft constraint")
     args = parser.parse_args()
     p = yaml.safe_load((ROOT / "config" / "openarm_class_damiao.yaml").read_text())["damiao_bridge"]["ros__parameters"]
     arm = DamiaoArm.build(p["joint_names"], p["motor_types"], p["can_ids"], p["master_ids"], p["kp"], p["kd"],

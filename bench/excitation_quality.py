@@ -26,7 +26,7 @@ Errors:
   random states (an error in units of the torque it makes).
 
 Prints medians with their spread (25th-75th percentile) and the ratios optimized / multisine of
-the medians; issue 16's acceptance asks condition ratios <= 0.5 on every arm and error ratios
+the medians; the design's targets are condition ratios <= 0.5 on every arm and error ratios
 <= 0.7 on at least three arms. Asserts nothing. The whole corpus with 10 designs takes hours on two
 cores (one search of up to the time limit per arm, scope and design seed): ``--arms``, ``--seeds``,
 ``--design-seeds``, ``--scopes``, ``--time-limit`` select less, and ``--cache DIR`` keeps each design

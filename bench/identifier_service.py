@@ -1,6 +1,6 @@
 """The identifier node on a full buffer: ``sysid/identify`` answer time and the node's peak memory.
 
-Issue 13's target: on a full 10-minute buffer (600000 samples at 1 kHz, the default
+The target: on a full 10-minute buffer (600000 samples at 1 kHz, the default
 ``buffer_capacity``) the service answers in under 5 s and the node's peak memory stays under
 1 GB. The node runs in a process of its own (this script with ``--node``): an ``Identifier``
 for the OpenArm-class arm (7 joints) whose buffer is filled directly with a 10-minute

@@ -1,7 +1,7 @@
 """Identification at scale: wall time and peak memory of ``identify()`` on long recordings.
 
 The OpenArm-class arm (7 joints), 1 kHz. The data: MuJoCo's inverse dynamics (``ideal_recording``)
-along a 10-minute multisine, exact ddq as in the issue's figures ("ideal"), or the same with
+along a 10-minute multisine, exact ddq ("ideal"), or the same with
 sensor noise and no ddq, so that every sample goes through the zero-phase filters ("filtered");
 60 minutes repeat the 10-minute plan six times (time runs on). Each case runs in a fresh
 process (this script with ``--child``) that loads the recording from .npy files, the model,
@@ -12,8 +12,8 @@ recording, the imports and the model): what identification adds. The last two ca
 regressor keeps a workspace per block length, a few MB that depend on it, not on the duration.
 
 ``sysid-identify config/robots/panda_class.xml`` (terminal, 15 s, sim, no plots) is timed as a
-command, 3 runs, with this checkout and, given ``--base DIR`` (a checkout of the commit before
-streaming identification, e.g. ``git worktree add DIR <commit>`` or ``git archive``), with that
+command, 3 runs, with this checkout and, given ``--base DIR`` (another checkout of the
+repository to compare with, e.g. ``git worktree add DIR <commit>`` or ``git archive``), with that
 one (PYTHONPATH=DIR, same interpreter). Run with OPENBLAS_NUM_THREADS=1 for figures.
 
 Run: ``python bench/identify_scale.py [--base DIR] [--no-60]``; prints a table, asserts nothing.

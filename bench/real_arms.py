@@ -1,4 +1,4 @@
-"""Issue 10's acceptance table: sysid-identify on every arm of the real-arm corpus, as a user runs it.
+"""The real-arm acceptance table: sysid-identify on every arm of the real-arm corpus, as a user runs it.
 
 For each arm of test/models/real_arms (the file as published, unedited) a payload is welded to
 its terminal body by test/arm_corpus.with_payload (tilted frame, offset centre of mass, full
@@ -18,7 +18,7 @@ column per joint; one fewer where the file's rounded right angle leaves a depend
 base_parameters.RANK_TOLERANCE, test_real_arm_models.ROUNDED_RIGHT_ANGLES), its Coulomb and
 viscous ones against the two per joint (MuJoCo's soft frictionloss: a level that never saturates
 in the arm's speed range is a combination of the others), whether its updated_model.xml compiles in MuJoCo, and the wall
-time of each run (in process: imports excluded). Targets (issue 10): ideal 0.5 % / 1 mm, sim
+time of each run (in process: imports excluded). Targets (TARGETS): ideal 0.5 % / 1 mm, sim
 3 % / 5 mm. Asserts nothing.
 
 Run: ``OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/real_arms.py [arm ...]``

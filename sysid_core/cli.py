@@ -790,7 +790,7 @@ def _identify_and_write(args: argparse.Namespace, robot, truth, config, recordin
                 None if validation is None else subtract_known(validation, known, config.filter.velocity_from_position),
                 without_model_friction(robot))
         try:
-            write_plots(args.output_dir, robot, result, recording, validation)
+            write_plots(args.output_dir, robot, result, recording, validation, residual)
         except ImportError as err:  # matplotlib is optional for the core
             print(f"warning: no plots ({err}); install matplotlib or pass --no-plots", file=sys.stderr)
     # always written, failed verdicts included (it says why); --no-plots leaves its figures out

@@ -6,6 +6,7 @@ every motor and wait for its confirmation. A motor that never answers stops the 
 motor is disabled again and the node raises.
 
 Every control period (``control_rate_hz``, steady clock) the node
+
 1. takes the feedback frames that arrived (the motors answer each frame once), waiting up
    to a quarter period for replies still missing, and believes only those that can be
    feedback of the motor on that id (``screen_feedback``: 8 bytes, the motor-id nibble, a

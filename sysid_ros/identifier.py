@@ -841,7 +841,7 @@ class Identifier(Node):
         def figures():
             if plots:
                 try:
-                    write_plots(output, robot, result, identification, validation)
+                    write_plots(output, robot, result, identification, validation, residual)
                 except (ImportError, OSError, ValueError, SysidError) as err:  # a figure never costs the result
                     self.get_logger().error(f"plots not written: {_one_line(err)}")
             if report:

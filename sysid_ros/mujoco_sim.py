@@ -11,15 +11,17 @@ whose command is older than ``command_timeout_s`` (sim time) gets damping only, 
 bridge does; before its first command a joint holds the initial pose.
 
 Commands:
-  sysid/joint_command (sensor_msgs/JointState): q_des, dq_des, feed-forward tau_ff for the
-    named joints (partial commands allowed), held until the next one.
-  sysid/joint_trajectory (trajectory_msgs/JointTrajectory): a plan sent ahead, every joint,
-    positions, velocities, accelerations and effort (the feed-forward) per point, times from
-    ``header.stamp`` on the simulated clock (0: from receipt). Each period samples it as a
-    joint_trajectory_controller does (quintic between points; ``sysid_core.excitation.preview``);
-    after its last point the arm holds that point. A joint command ends it.
-  A commander that knows its plan (trajectory_publisher) sends it once instead of a command per
-  period: the simulation then needs no message per period from it.
+
+- ``sysid/joint_command`` (sensor_msgs/JointState): q_des, dq_des, feed-forward tau_ff for the
+  named joints (partial commands allowed), held until the next one.
+- ``sysid/joint_trajectory`` (trajectory_msgs/JointTrajectory): a plan sent ahead, every joint,
+  positions, velocities, accelerations and effort (the feed-forward) per point, times from
+  ``header.stamp`` on the simulated clock (0: from receipt). Each period samples it as a
+  joint_trajectory_controller does (quintic between points; ``sysid_core.excitation.preview``);
+  after its last point the arm holds that point. A joint command ends it.
+
+A commander that knows its plan (trajectory_publisher) sends it once instead of a command per
+period: the simulation then needs no message per period from it.
 
 The simulated arm is the model file as a real arm behaves (``sysid_core.simulation.plant_model``):
 its own actuators and contacts off, no gravcomp, the MuJoCo timestep chosen for ``rate_hz``.

@@ -46,7 +46,22 @@ from sysid_ros.mujoco_sim import MujocoSim
 from sysid_ros.sim_graph import graph_parameters
 from sysid_ros.trajectory_publisher import TrajectoryPublisher
 
-ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
+
+
+def _config_dir() -> Path:
+    """The package's config/: beside the package in a source tree (pip install -e, the
+    repository), else the installed share directory (a colcon workspace: share/sysid_ros/config)."""
+    beside = Path(__file__).resolve().parents[1] / "config"
+    if beside.is_dir():
+        return beside
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+        return Path(get_package_share_directory("sysid_ros")) / "config"
+    except (ImportError, PackageNotFoundError, ValueError):
+        return beside  # named in the error when a file is missing
+
+
+ROBOTS = _config_dir() / "robots"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -298,15 +313,23 @@ def run(args) -> Outcome:
         rclpy.try_shutdown()
 
 
+# exit status, as sysid-identify's: bad input 2; no trusted model (a failed verdict, a run that
+# gave nothing to identify) 3; interrupted 130
+EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         outcome = run(args)
     except (SysidError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     _print(outcome, args)
-    return 0 if outcome.error is None else 1
+    return EXIT_OK if outcome.error is None else EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -36,7 +36,12 @@ run in progress is stopped at the measured pose first (a joint_trajectory_contro
 otherwise play the trajectory to its end).
 
 The nominal model: the ``model`` file (MJCF or URDF) or, when ``model`` is empty, the text
-published on ``robot_description`` (see ``robot_description``).
+published on ``robot_description`` (see ``robot_description``). A residual model
+(``residual_model``: a residual_model.json; empty: the one beside the ``model`` file, when there
+is one, as an identification writes it beside updated_model.xml; ``none``: never) adds its
+correction to the feed-forward, at the planned q, dq and the model's torque. A residual model
+that takes the transmission's deflection is not used for the feed-forward (a plan has no
+measured deflection), and the log says so.
 
 The excitation (parameter ``excitation``): ``multisine`` (random sinusoids scaled to
 ``amplitude_fraction`` of each joint's range and to ``max_velocity``, seeded by ``seed``);
@@ -56,6 +61,8 @@ measures on the simulated arm). ``duration`` applies to the first two.
 ``sysid/done``: Bool, transient local; False when a run starts or is stopped, True once the
 arm is back at rest.
 """
+import json
+from pathlib import Path
 import time
 
 from builtin_interfaces.msg import Duration
@@ -71,11 +78,12 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from sysid_core.dynamics.model import load_robot
-from sysid_core.errors import SysidError
+from sysid_core.errors import DataError, SysidError
 from sysid_core.excitation.friction_sweep import friction_sweep
 from sysid_core.excitation.multisine import excitation_with_approach_and_rest, multisine
 from sysid_core.excitation.preview import knots
 from sysid_core.excitation.trajectory import load_trajectory, resample
+from sysid_core.identification.residual import ResidualModel
 from sysid_core.simulation import mit_torque
 from sysid_ros.entry_point import spin_node
 from sysid_ros.robot_description import RobotDescription
@@ -121,8 +129,10 @@ class TrajectoryPublisher(Node):
         self.declare_parameter('effort_kd', Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter('state_timeout_s', 0.1)
         self.declare_parameter('preview', True)
+        self.declare_parameter('residual_model', '')
 
         self.robot = self.plan = None
+        self.residual = None  # the ResidualModel the feed-forward adds, if any
         self.error = None
         self.profile = self.excitation = self.feedforward = None
         self.controller_joints = None
@@ -169,7 +179,9 @@ class TrajectoryPublisher(Node):
             self._check_parameters()
             path = self.get_parameter('model').value
             if path:
-                self._use_robot(load_robot(path), path)
+                robot = load_robot(path)
+                self.residual = self._residual_model(Path(path), robot)  # refused: no run at all
+                self._use_robot(robot, path)
             else:
                 self._description = RobotDescription(self, self._on_robot_description)
                 self.get_logger().info(self._description.waiting)
@@ -216,6 +228,30 @@ class TrajectoryPublisher(Node):
         self.get_logger().info(
             f'{kind} excitation of {self.plan.time[-1]:g} s at {self._rate:g} Hz for {where} '
             f'({self.robot.n_joints} joints {list(self.robot.joint_names)}){to}')
+
+    def _residual_model(self, model_path: Path, robot):
+        """The residual model the feed-forward adds (parameter ``residual_model``) for ``robot``
+        loaded from ``model_path``, or None; raises SysidError for a file that is no residual
+        model of the robot's joints."""
+        value = self.get_parameter('residual_model').value
+        if value == 'none':
+            return None
+        path = Path(value) if value else model_path.with_name('residual_model.json')
+        if not value and not path.is_file():
+            return None
+        try:
+            model = ResidualModel.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise DataError(f'residual_model {path}: {exc}') from None
+        if sorted(model.joint_names) != sorted(robot.joint_names):
+            raise DataError(f'residual_model {path} is of the joints {list(model.joint_names)}, the model has '
+                            f'{list(robot.joint_names)}')
+        if model.needs('deflection'):
+            self.get_logger().warning(f'{path}: the residual model takes the transmission\'s measured deflection, '
+                                      'which a plan does not have: the feed-forward does without it')
+            return None
+        self.get_logger().info(f'feed-forward with the residual model of {path}')
+        return model
 
     def _optional(self, name):
         """A parameter declared by type: its value, or None when not given."""
@@ -366,6 +402,9 @@ class TrajectoryPublisher(Node):
             self.get_logger().error(f'cannot build the profile: {exc}')
             return False, f'cannot build the profile: {exc}'
         self.feedforward = robot.inverse_dynamics(self.profile.q, self.profile.dq, self.profile.ddq)
+        if self.residual is not None:
+            self.feedforward += self.residual.predict_for(robot.joint_names, self.profile.q, self.profile.dq,
+                                                          torque=self.feedforward)
         if self._trajectory_pub is not None:
             self._trajectory_pub.publish(self._trajectory_message(self.profile))
         now = self.get_clock().now()

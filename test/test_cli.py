@@ -99,7 +99,7 @@ def test_a_filtered_identification_imports_no_scipy(tmp_path):
     assert run.stdout.split("\n")[-2:] == ["0 []", ""], run.stdout[-2000:] + run.stderr[-2000:]
 
 
-# --- bad input through the console script (issue 12) ----------------------------------------------
+# --- bad input through the console script ---------------------------------------------------------
 
 SCRIPT = console_script("sysid-identify")
 PLANAR = str(MODELS / "planar_2r.xml")
@@ -225,7 +225,7 @@ def test_a_trajectory_the_arm_cannot_play_is_refused(tmp_path, capsys):
     }
     paths = {name: save_trajectory(tmp_path / f"{name}.csv", plan, ["joint1", "joint2"])
              for name, (plan, _) in cases.items()}
-    # the issue's two cases through the console script, the variants in this process
+    # a plan ten times too large and a doubled dq through the console script, the variants in this process
     through_script = ("ten_times", "dq_doubled")
     results = dict(zip(through_script, run_cli(*[[PLANAR, "--trajectory", paths[name], "--sample-rate", "200",
                                                    "--output-dir", tmp_path / "out"] for name in through_script])))

@@ -123,10 +123,9 @@ def test_offsets_are_not_forced_positive():
 def test_barrier_hessian_stays_positive_next_to_the_boundary():
     """The log-det barrier's derivatives against an independent oracle: central differences of
     its value and gradient on a well-conditioned body, and, on a body next to its floor (where
-    J^-1 dJ J^-1 dJ gave Hessian diagonals of -1e33 and the full-scope projection a NaN step that
-    ended in LinAlgError: xArm7, issue 16's bench), no Hessian there and a nonnegative diagonal
-    (a sum of squares) just inside."""
-    from sysid_core.dynamics.inertia import pseudo_inertia
+    J^-1 dJ J^-1 dJ gives Hessian diagonals of -1e33 and the full-scope projection a NaN step that
+    ends in LinAlgError: xArm7 in bench/excitation_quality.py), no Hessian there and a nonnegative
+    diagonal (a sum of squares) just inside."""
     from sysid_core.identification.consistency import _barrier
     body = np.array([2.0, 0.1, -0.05, 0.2, 0.05, 0.002, -0.001, 0.06, 0.003, 0.04])
     signed, floor = np.ones(0, dtype=bool), np.zeros((1, 4, 4))

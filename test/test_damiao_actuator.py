@@ -1,4 +1,4 @@
-"""Damiao actuator identification against the virtual arm's known truth (issue 15).
+"""Damiao actuator identification against the virtual arm's known truth.
 
 The virtual arm (sysid_core.damiao.emulator) is given a true effort gain per joint, a command
 delay and extra friction; sysid_core.damiao.mit_run drives it through the protocol, frame by

@@ -575,7 +575,7 @@ def test_the_executable_exits_1_on_bad_parameters():
     assert "error: parameters ['motor_types'" in done.stderr and "Traceback" not in done.stderr
 
 
-# --- faults latch; noise; requests that do not starve the control loop (issue 12) -----------------
+# --- faults latch; noise; requests that do not starve the control loop -----------------------------
 
 def track(r, target=(0.0, 0.0)):
     """Command both joints until the bridge tracks them."""
@@ -661,7 +661,7 @@ def test_noise_on_a_feedback_id_is_rejected_counted_reported_and_not_logged_per_
     track(r)
     noise = can.Bus(interface="virtual", channel=r.channel)
     rng = np.random.default_rng(12)
-    # the issue's 6.9 rad: for joint1's DM4340 at its VMAX of 10 rad/s, 0.6 s from the arm at rest
+    # 6.9 rad away: for joint1's DM4340 at its VMAX of 10 rad/s, 0.6 s from the arm at rest
     frames = noise_frames(rng, 200, 0x11, 1, r.arm.limits(1), far=6.9) + \
         noise_frames(rng, 200, 0x12, 2, r.arm.limits(2))
     frames = [frames[k] for k in rng.permutation(len(frames))]

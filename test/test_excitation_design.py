@@ -160,7 +160,7 @@ def test_time_limit_bounds_a_seven_joint_search(monkeypatch):
 
 def test_a_budget_spent_before_any_start_is_scored_still_gives_a_start_not_rest(planar):
     # 1 ns ends the search before its first start is scored: one start is made and scored on top
-    # of the budget, like the final checks (the search used to return the arm at rest)
+    # of the budget, like the final checks (not the arm at rest)
     design = optimize_excitation(planar, 4.0, 100.0, config=FULL, base_frequency=0.5, n_harmonics=3, seed=0,
                                  time_limit_s=1e-9, torque_limits=[25.0, 8.0])
     assert design.limits_met and np.isfinite(design.criterion_value)
@@ -203,7 +203,7 @@ def test_default_criterion_fits_the_scope(planar):
     kwargs = dict(base_frequency=0.5, seed=0, max_restarts=1, max_iterations=3, time_limit_s=30.0)
     design = optimize_excitation(planar, 4.0, 100.0, **kwargs)
     assert design.criterion == "payload"
-    # capped by default, as d_optimal (issue 16's target in both scopes), on the wider band the
+    # capped by default, as d_optimal (the cap is the default in both scopes), on the wider band the
     # friction pairs' dwelling needs
     assert design.condition_cap == pytest.approx(CONDITION_CAP_FRACTION * design.reference_condition, rel=1e-12)
     assert design.series.a.shape[1] == TERMINAL_CAP_HARMONICS

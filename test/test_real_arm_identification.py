@@ -7,7 +7,6 @@ each arm to a fraction of a second.
 """
 import re
 
-import mujoco
 import numpy as np
 import pytest
 
@@ -43,7 +42,7 @@ def corpus_results(tmp_path_factory):
 
 @pytest.mark.parametrize("name", [arm.name for arm in ARMS])
 def test_ideal_source_finds_the_payload_on_every_published_arm(corpus_results, name):
-    """Payload mass within 0.5 % and centre of mass within 1 mm (issue 10's acceptance) on arms
+    """Payload mass within 0.5 % and centre of mass within 1 mm (bench/real_arms.py's targets) on arms
     with springs, MuJoCo's soft frictionloss, heavy damping, gravcomp and welded grippers."""
     robot, _, payload, result = corpus_results[name]
     found = result.terminal_parameters - robot.nominal_parameters[robot.terminal_index]
@@ -72,8 +71,8 @@ def test_forward_simulated_data_find_the_payload_where_frictionloss_dominates(na
     which MuJoCo's frictionloss outweighs the payload: z1's light wrist without armature (its
     constraint acts like nine times the wrist's inertia and, with damping, at an acceleration
     3.4 times the integrator's) and koch's armature (100 to 10^5 times its links' inertia, an
-    11 g payload). Payload within the sim source's 3 % and 5 mm (issue 10), verdict good; the
-    fixed-point passes had 0.7 % / 19 mm (failed) and 6.9 % / 23 mm. z1's wrist never reaches
+    11 g payload). Payload within the sim source's 3 % and 5 mm, verdict good; plain
+    fixed-point passes give 0.7 % / 19 mm (failed) and 6.9 % / 23 mm. z1's wrist never reaches
     its frictionloss level (1 N m) in this excitation: the level is held at the model's."""
     arm = BY_NAME[name]
     payload = with_payload(arm.path)

@@ -58,7 +58,7 @@ def test_the_corpus_files_are_the_listed_arms():
     assert sorted(p.stem for p in (DIRECTORY / "urdf").glob("*.urdf")) == sorted(a.name for a in URDF_ARMS)
 
 
-def test_the_corpus_covers_what_issue_10_asks_for():
+def test_the_corpus_covers_the_arms_users_have():
     assert len(ARMS) >= 12 and len(URDF_ARMS) >= 4
     assert {arm.dof for arm in ARMS} >= {5, 6, 7}
     assert {arm.home for arm in ARMS} == set(HOME_KINDS)
@@ -163,7 +163,7 @@ def test_regressor_plus_armature_is_mujocos_inverse_dynamics(arm):
     """Y(q, dq, ddq) theta + armature ddq == M(q) ddq + qfrc_bias (MuJoCo's mass matrix, armature
     included, and bias forces) to 1e-9 relative. Passive forces (damping, springs, gravcomp) and
     constraint forces (frictionloss, limits) are not part of it: they are the joint-physics terms
-    issue 10 deals with (see test_gravcomp_cancels_the_weight_our_model_counts)."""
+    the identification models apart (see test_gravcomp_cancels_the_weight_our_model_counts)."""
     robot = load_robot(arm.path)
     model = robot.model
     data = mujoco.MjData(model)
@@ -255,7 +255,7 @@ def test_full_scope_base_parameter_count_matches_pinocchio(arm):
 
 def test_gen3_urdfs_rounded_rotations_add_three_nearly_unidentifiable_base_parameters():
     """Kinova's URDF rounds pi/2 to 1.5708: three dependencies of the exact arm break by 4e-6 rad, so
-    its regressor has three more singular values, 1e-7 to 1e-5 of the largest (README, URDFs)."""
+    its regressor has three more singular values, 1e-7 to 1e-5 of the largest (real_arms/README.md, URDFs)."""
     model = mujoco.MjModel.from_xml_path(str(BY_NAME["gen3"].path))
     exact, _, _ = _pinocchio_rank(pin.buildModelFromMJCF(str(BY_NAME["gen3"].path)), model)
     rounded, kept, dropped = _pinocchio_rank(pin.buildModelFromUrdf(str(BY_NAME["gen3"].urdf_path)), model)
@@ -316,7 +316,7 @@ def test_urdf_is_the_same_arm_as_the_mjcf(arm):
 
 
 def test_the_urdfs_carry_what_the_loader_must_cope_with():
-    """What issue 14's loader is tested on: package:// meshes that do not exist, a fixed joint from
+    """What the URDF loader is tested on: package:// meshes that do not exist, a fixed joint from
     `world`, fixed-joint links with mass, links with no <inertial>, a file with no world link."""
     roots = {arm.name: ET.parse(arm.urdf_path).getroot() for arm in URDF_ARMS}
 

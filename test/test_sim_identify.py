@@ -1,6 +1,6 @@
 """The sim_identify graph in one process (sysid-sim-identify), against the truth model.
 
-Acceptance of the ROS 2 stage: a 7-DOF arm carrying a payload its nominal model lacks,
+What the ROS 2 graph must achieve: a 7-DOF arm carrying a payload its nominal model lacks,
 20 s of excitation with the default measurement noise and the simulator running as fast as it
 can; the composite terminal mass within 3 % and its centre of mass within 5 mm, and no
 JointState sample lost between the simulator and the identifier. How much faster than real
@@ -64,3 +64,20 @@ def test_payload_identified_through_the_virtual_damiao_arm(tmp_path):
     else:
         assert abs(summary["mass"] - outcome.truth_mass) / outcome.truth_mass < 0.05
     assert (tmp_path / "params.json").is_file()
+
+
+@pytest.mark.parametrize("outcome, status, line", [
+    (sim_identify.Outcome(error="identification verdict failed, no model written: a negative mass"), 3,
+     "error: identification verdict failed"),
+    (KeyboardInterrupt(), 130, "interrupted"),
+])
+def test_exit_status_as_sysid_identify_gives_it(monkeypatch, capsys, outcome, status, line):
+    """No trusted model: 3; Ctrl-C: 130 and one line, no traceback (sysid-identify's codes)."""
+    def run(args):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    monkeypatch.setattr(sim_identify, "run", run)
+    assert sim_identify.main([]) == status
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(line) and "Traceback" not in err

@@ -1,6 +1,6 @@
 """Every result carries a verdict: good, doubtful or failed, with reasons.
 
-The junk runs of the issue (a million times the noise; an arm that does not move) and a
+Junk runs (a million times the noise; an arm that does not move) and a
 physically impossible result must fail: exit status 3, no updated_model.xml, params.json with
 the failed verdict and its reasons. The figures behind the thresholds are measured by
 bench/verdict_thresholds.py; here each criterion is checked on its own with evidence on
@@ -90,7 +90,7 @@ def _cli(tmp_path, *extra):
 
 @pytest.mark.parametrize("option, value", [("--noise-scale", "1e6"), ("--max-velocity", "1e-9")])
 def test_junk_runs_fail_exit_3_and_write_no_model(tmp_path, capsys, option, value):
-    """The issue's two junk runs, which exited 0 with a written model (a link mass of 1.7e-13 kg)."""
+    """Two junk runs that, unjudged, would exit 0 with a written model (a link mass of 1.7e-13 kg)."""
     status, params, out = _cli(tmp_path, option, value)
     assert status == 3
     assert params["verdict"] == "failed" and params["verdict_reasons"]

@@ -20,19 +20,19 @@ The plant's friction is a law of the joint velocity, as a motor's is: the model'
 summed with ``joint_friction`` (n,) N m, a friction torque f(dq) opposing the motion beyond the
 model's own damping and frictionloss, re-evaluated every step (e.g.
 ``simulation.StribeckFriction``; none by default). MuJoCo's own frictionloss is a soft
-constraint (a steep linear function of the acceleration near rest, see README "Joint physics")
-that holds a reversing joint still: no friction law of the velocity describes it, so an
-identification made for hardware data (which has no such constraint) cannot recover the truth
-from it (on this arm's excitation the viscous coefficients came out up to 0.1 N m s/rad low
-from exact plant data). ``frictionloss="constraint"`` keeps MuJoCo's constraint (and its
-implicit damping) instead, and adds ``joint_friction`` explicitly. The law F(dq) is applied at
-the mid-step velocity, like the MIT law, and stably however steep it is: its slope
-k = max(F'(dq), 0) goes into MuJoCo's implicit damping at half weight and the rest explicitly,
-F(dq) - k dq / 2, so the joint feels F(dq) + k (dq' - dq) / 2, F at the mean of the step's start
-and end velocities to first order (the trapezoidal rule: no artificial armature h b, and no
-chatter when k h / M_jj exceeds 2). Being linearised, it is first-order off in a step whose
-velocity changes by more than the sign smoothing (a fast reversal of a light joint: up to a
-third of the Coulomb level for that one step). It needs a model integrator that treats damping
+constraint (a steep linear function of the acceleration near rest, see the manual's
+doc/concepts/joint_physics.md) that holds a reversing joint still: no friction law of the
+velocity describes it, so an identification made for hardware data (which has no such
+constraint) cannot recover the truth from it (on this arm's excitation the viscous coefficients
+came out up to 0.1 N m s/rad low from exact plant data). ``frictionloss="constraint"`` keeps
+MuJoCo's constraint (and its implicit damping) instead, and adds ``joint_friction`` explicitly.
+The law F(dq) is applied at the mid-step velocity, like the MIT law, and stably however steep it
+is: its slope k = max(F'(dq), 0) goes into MuJoCo's implicit damping at half weight and the rest
+explicitly, F(dq) - k dq / 2, so the joint feels F(dq) + k (dq' - dq) / 2, F at the mean of the
+step's start and end velocities to first order (the trapezoidal rule: no artificial armature h
+b, and no chatter when k h / M_jj exceeds 2). Being linearised, it is first-order off in a step
+whose velocity changes by more than the sign smoothing (a fast reversal of a light joint: up to
+a third of the Coulomb level for that one step). It needs a model integrator that treats damping
 implicitly (implicit, implicitfast, or Euler with eulerdamp).
 
 An elastic transmission (``transmission``, a ``simulation.elastic.Transmission``): the plant is
@@ -108,20 +108,22 @@ def _elastic_model(model_path, transmission: Transmission, drive_gains):
 class EmulatedPlant:
     """The MuJoCo arm of the virtual Damiao arm and the drives' MIT law on it (module docstring).
 
-    model_path: MJCF file (str/Path) or an already compiled ``mujoco.MjModel``. Hinge and slide
-      joints only; every joint needs exactly one motor and every motor a joint.
-    motors: ``emulator.EmulatedMotor`` per joint, any order; the plant uses their
+    - ``model_path``: MJCF file (str/Path) or an already compiled ``mujoco.MjModel``. Hinge and
+      slide joints only; every joint needs exactly one motor and every motor a joint.
+    - ``motors``: ``emulator.EmulatedMotor`` per joint, any order; the plant uses their
       ``joint_name``, ``direction``, ``position_offset`` and ``effort_gain`` (and ``can_id`` to
       name a motor in an error).
-    transmission: None (rigid) or a ``simulation.elastic.Transmission`` (stiffness, damping and
-      rotor inertia per joint, joint order of the file; hinge joints only, ``model_path`` a
-      file). ``joint_friction`` then gets the rotors' velocities (n,) rad/s and acts on the rotors.
-    drive_gains: with a transmission, (kp (n,) N m/rad, kd (n,) N m s/rad), the largest gains
-      the host will send, for the timestep; None: the MIT frame's maxima.
-    frictionloss: "law" (default) or "constraint" (module docstring). The model passed in is not
-      changed (the plant works on a copy).
-    joint_friction: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the motion.
-    initial_positions: joint positions at t = 0 (rad or m), a sequence in model joint order
+    - ``transmission``: None (rigid) or a ``simulation.elastic.Transmission`` (stiffness, damping
+      and rotor inertia per joint, joint order of the file; hinge joints only, ``model_path`` a
+      file). ``joint_friction`` then gets the rotors' velocities (n,) rad/s and acts on the
+      rotors.
+    - ``drive_gains``: with a transmission, (kp (n,) N m/rad, kd (n,) N m s/rad), the largest
+      gains the host will send, for the timestep; None: the MIT frame's maxima.
+    - ``frictionloss``: "law" (default) or "constraint" (module docstring). The model passed in
+      is not changed (the plant works on a copy).
+    - ``joint_friction``: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the
+      motion.
+    - ``initial_positions``: joint positions at t = 0 (rad or m), a sequence in model joint order
       or a mapping joint name -> position (missing joints stay at qpos0). Velocities start at 0;
       an elastic arm starts undeflected.
 

@@ -248,30 +248,31 @@ class _MotorState:
 class VirtualDamiaoArm:
     """An MJCF arm whose joints are driven by emulated Damiao motors on a python-can bus.
 
-    model_path: MJCF file (str/Path) or an already compiled ``mujoco.MjModel``. Hinge and slide
-      joints only; every joint needs exactly one motor and every motor a joint.
-    motors: EmulatedMotor per joint, any order. can_id and master_id must be unique, and no
+    - ``model_path``: MJCF file (str/Path) or an already compiled ``mujoco.MjModel``. Hinge and
+      slide joints only; every joint needs exactly one motor and every motor a joint.
+    - ``motors``: EmulatedMotor per joint, any order. can_id and master_id must be unique, and no
       master_id may equal a can_id (a reply would read as a command).
-    interface, channel, bus_kwargs: passed to ``can.Bus`` (default: python-can ``virtual``, which
-      links the buses of one process that use the same channel name).
-    timeout_ticks: initial TIMEOUT register of every motor, units of 50 us; 0 = watchdog off.
-    initial_positions: joint positions at t = 0 (rad or m), a sequence in model joint order
+    - ``interface``, ``channel``, ``bus_kwargs``: passed to ``can.Bus`` (default: python-can
+      ``virtual``, which links the buses of one process that use the same channel name).
+    - ``timeout_ticks``: initial TIMEOUT register of every motor, units of 50 us; 0 = watchdog off.
+    - ``initial_positions``: joint positions at t = 0 (rad or m), a sequence in model joint order
       or a mapping joint name -> position (missing joints stay at qpos0). Velocities start at 0.
-    realtime: True runs physics in a thread after ``start()``; False is manual mode
+    - ``realtime``: True runs physics in a thread after ``start()``; False is manual mode
       (``poll``/``advance``).
-    temperatures: (MOSFET, coil) deg C reported in every feedback frame.
-    delay: s (>= 0), how long after a frame is read a motor acts on it and answers.
-    joint_friction: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the motion.
-    frictionloss: "law" (default) applies the model's frictionloss and damping as a law of the
-      velocity, with ``joint_friction`` (see ``emulated_plant``); "constraint" leaves them to
+    - ``temperatures``: (MOSFET, coil) deg C reported in every feedback frame.
+    - ``delay``: s (>= 0), how long after a frame is read a motor acts on it and answers.
+    - ``joint_friction``: None or a callable qvel (n,) rad/s -> (n,) N m, friction opposing the
+      motion.
+    - ``frictionloss``: "law" (default) applies the model's frictionloss and damping as a law of
+      the velocity, with ``joint_friction`` (see ``emulated_plant``); "constraint" leaves them to
       MuJoCo (soft frictionloss constraint, implicit damping) and adds ``joint_friction``
       explicitly. The model passed in is not changed (the emulator works on a copy).
-    transmission: None (rigid) or a ``simulation.elastic.Transmission`` (stiffness, damping and
-      rotor inertia per joint, joint order of the file; hinge joints only, ``model_path`` a
+    - ``transmission``: None (rigid) or a ``simulation.elastic.Transmission`` (stiffness, damping
+      and rotor inertia per joint, joint order of the file; hinge joints only, ``model_path`` a
       file): the elastic arm of ``emulated_plant``. ``joint_friction`` then gets the rotors'
       velocities (n,) rad/s and acts on the rotors.
-    drive_gains: with a transmission, (kp (n,) N m/rad, kd (n,) N m s/rad), the largest gains
-      the host will send, for the timestep; None: the MIT frame's maxima.
+    - ``drive_gains``: with a transmission, (kp (n,) N m/rad, kd (n,) N m s/rad), the largest
+      gains the host will send, for the timestep; None: the MIT frame's maxima.
 
     Raises ValueError for an inconsistent model/motor set. Read-only state for tests and the
     caller: ``sim_time`` s, ``q``/``dq`` (n,) true joint (link-side) state, ``motor_q``/

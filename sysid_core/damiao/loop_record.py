@@ -68,7 +68,7 @@ def period_figures(start, period: float) -> dict:
     """Figures of a loop meant to start a cycle every ``period`` s, from the start times
     (K,) s of consecutive cycles (a steady clock), K >= 2.
 
-    * ``jitter`` (K - 1,): |start[k] - start[k-1] - period|, s.
+    * ``jitter`` (K - 1,): ``|start[k] - start[k-1] - period|``, s.
     * ``overruns``: cycles that started more than two periods after the one before them, i.e.
       more than one period after they were due: a whole period passed without a cycle (a
       timer on a fixed grid skips such periods rather than run them back to back).

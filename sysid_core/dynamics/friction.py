@@ -145,30 +145,36 @@ class FrictionModel:
     ``name`` one of FRICTION_MODELS, with s(dq) = sign(dq) or tanh(dq / smoothing) (the
     JointModel's Coulomb smoothing):
 
-    ``coulomb_viscous``  f_c s(dq) + f_v dq. Linear: coulomb f_c [N m], viscous f_v [N m s/rad].
-    ``asymmetric``       f_c+ max(s, 0) + f_c- min(s, 0) + f_v dq: a Coulomb level per direction
-                         (both positive for friction opposing motion). Linear: coulomb_pos,
-                         coulomb_neg [N m], viscous [N m s/rad].
-    ``tanh``             f_c tanh(dq / v_t) + f_v dq. Linear: coulomb, viscous; nonlinear:
-                         tanh_velocity v_t [rad/s] (``velocity``; None: estimated).
-    ``stribeck``         (f_c + (f_s - f_c) exp(-(|dq| / v_s)^delta)) s(dq) + f_v dq. Linear:
-                         coulomb f_c, stribeck = f_s - f_c [N m] (static minus Coulomb level),
-                         viscous f_v; nonlinear: stribeck_velocity v_s [rad/s] (``velocity``; None:
-                         estimated) and exponent delta [1] (``exponent``; None: estimated).
-    ``stribeck_tanh``    the same with s(dq) = tanh(dq / v_t), v_t (tanh_velocity [rad/s]) always
-                         estimated: a measured Coulomb step is never sharp (torque filtering,
-                         compliance, MuJoCo's soft friction loss) and v_t takes that up, leaving
-                         the Stribeck term to the peak.
-    ``high_low_speed``   Liu et al., Actuators 2023, 12(454), eq. (9): with t = tanh(dq / eps),
-                         p = (1 + t)/2, m = (1 - t)/2 and H = [|dq| >= lambda],
-                         dq >= 0:  k_c1 t p + H (k_v1 p dq + k_v12 dq^2 + k_v13 dq^3)
-                         dq <  0:  k_c2 t m + H (k_v2 m dq + k_v22 dq^2 + k_v23 dq^3)
-                         Coulomb only below the threshold lambda, Coulomb plus a cubic viscous law
-                         above it, each direction its own coefficients. Linear: coulomb_pos k_c1,
-                         coulomb_neg k_c2 [N m], viscous_pos/neg [N m s/rad], quadratic_pos/neg
-                         [N m s^2/rad^2], cubic_pos/neg [N m s^3/rad^3]; nonlinear: threshold
-                         lambda [rad/s] (``velocity``; None: estimated on a grid, the residual
-                         being a step function of it); ``eps`` [rad/s] the paper's 1e-4.
+    ``coulomb_viscous``
+        f_c s(dq) + f_v dq. Linear: coulomb f_c [N m], viscous f_v [N m s/rad].
+    ``asymmetric``
+        f_c+ max(s, 0) + f_c- min(s, 0) + f_v dq: a Coulomb level per direction (both positive
+        for friction opposing motion). Linear: coulomb_pos, coulomb_neg [N m], viscous
+        [N m s/rad].
+    ``tanh``
+        f_c tanh(dq / v_t) + f_v dq. Linear: coulomb, viscous; nonlinear: tanh_velocity v_t
+        [rad/s] (``velocity``; None: estimated).
+    ``stribeck``
+        ``(f_c + (f_s - f_c) exp(-(|dq| / v_s)^delta)) s(dq) + f_v dq``. Linear: coulomb f_c,
+        stribeck = f_s - f_c [N m] (static minus Coulomb level), viscous f_v; nonlinear:
+        stribeck_velocity v_s [rad/s] (``velocity``; None: estimated) and exponent delta [1]
+        (``exponent``; None: estimated).
+    ``stribeck_tanh``
+        the same with s(dq) = tanh(dq / v_t), v_t (tanh_velocity [rad/s]) always estimated: a
+        measured Coulomb step is never sharp (torque filtering, compliance, MuJoCo's soft
+        friction loss) and v_t takes that up, leaving the Stribeck term to the peak.
+    ``high_low_speed``
+        Liu et al., Actuators 2023, 12(454), eq. (9): with t = tanh(dq / eps),
+        p = (1 + t)/2, m = (1 - t)/2 and ``H = [|dq| >= lambda]``::
+
+            dq >= 0:  k_c1 t p + H (k_v1 p dq + k_v12 dq^2 + k_v13 dq^3)
+            dq <  0:  k_c2 t m + H (k_v2 m dq + k_v22 dq^2 + k_v23 dq^3)
+
+        Coulomb only below the threshold lambda, Coulomb plus a cubic viscous law above it,
+        each direction its own coefficients. Linear: coulomb_pos k_c1, coulomb_neg k_c2 [N m],
+        viscous_pos/neg [N m s/rad], quadratic_pos/neg [N m s^2/rad^2], cubic_pos/neg
+        [N m s^3/rad^3]; nonlinear: threshold lambda [rad/s] (``velocity``; None: estimated on
+        a grid, the residual being a step function of it); ``eps`` [rad/s] the paper's 1e-4.
     """
 
     name: str = "coulomb_viscous"
@@ -428,7 +434,7 @@ def fit_nonlinear(fixed_columns, target, dq, models, solve, smoothing: float = 0
     what x minimises:
 
     1. a grid pass: every parameter's GRID_SIZE candidates (relative to the joint's 95th
-       percentile of |dq|), all joints at once, each joint keeping the candidate that leaves
+       percentile of ``|dq|``), all joints at once, each joint keeping the candidate that leaves
        its own torque residual smallest (friction acts on its own joint's torque); one sweep
        per kind of parameter, in turn (the exponent keeps its start, 2);
     2. ``scipy.optimize.least_squares`` (trust region, bounded, in log space for velocities)

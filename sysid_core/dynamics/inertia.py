@@ -46,7 +46,7 @@ def from_inertia_matrix(mass, first_moment, inertia) -> np.ndarray:
 
 
 def _steiner(mass, com):
-    """m (|c|^2 E - c c^T): the parallel-axis term, shape (..., 3, 3)."""
+    """``m (|c|^2 E - c c^T)``: the parallel-axis term, shape (..., 3, 3)."""
     com = np.asarray(com, dtype=float)
     outer = com[..., :, None] * com[..., None, :]
     sq = np.einsum("...i,...i->...", com, com)

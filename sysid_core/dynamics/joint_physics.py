@@ -2,11 +2,15 @@
 
 Every MuJoCo joint may carry, besides the bodies it moves (all joint-space, N m for dq rad/s):
 
-``armature`` I_a       rotor inertia reflected through the gear: torque I_a ddq
-``damping`` b          viscous friction: b dq
-``stiffness`` k        a spring toward ``springref`` q_s (MJCF ``springref``; a gravity-balancing
-                       spring, an elastic transmission): k (q - q_s)
-``frictionloss`` f     dry friction: f sign(dq) on a real joint
+``armature`` I_a
+    rotor inertia reflected through the gear: torque I_a ddq
+``damping`` b
+    viscous friction: b dq
+``stiffness`` k
+    a spring toward ``springref`` q_s (MJCF ``springref``; a gravity-balancing spring, an
+    elastic transmission): k (q - q_s)
+``frictionloss`` f
+    dry friction: f sign(dq) on a real joint
 
 Those are physics: they hold for data from hardware and from a simulator alike. Two more
 effects are artefacts of MuJoCo itself and hold only where the data came from MuJoCo
@@ -193,7 +197,7 @@ class FrictionLossConstraint:
 
     def parts(self, dq, ddq, level, invweight0, timestep: float) -> tuple:
         """The constraint torque level * shape split where it saturates: (saturated, linear),
-        each (N, n): sign(ddq + B dq) where |D (ddq + B dq)| >= level, else 0; ddq + B dq where
+        each (N, n): sign(ddq + B dq) where ``|D (ddq + B dq)| >= level``, else 0; ddq + B dq where
         it does not, else 0. The torque is level * saturated + D * linear: the level acts only
         in the first, the arm's inertia (through D) only in the second, which is what a
         linearisation in both needs (identify's passes)."""

@@ -105,7 +105,7 @@ _TABLE_COS = np.cos(_TABLE_ANGLES) - np.sin(_TABLE_ANGLES) * (np.arange(_TABLE_S
 def sin_cos(angle: np.ndarray, sin: np.ndarray, cos: np.ndarray, scratch: np.ndarray) -> None:
     """sin[...] = np.sin(angle), cos[...] = np.cos(angle) to an ulp or two, three times faster.
 
-    scratch (5, *angle.shape) float64 is overwritten; sin and cos may be strided views.
+    scratch ``(5, *angle.shape)`` float64 is overwritten; sin and cos may be strided views.
     """
     k, b, tail, s_k, c_k = scratch
     np.multiply(angle, 1.0 / _H, out=k)
@@ -357,7 +357,7 @@ def _negated(entry, ops: list, pool):
 
 
 def call(f, *args):
-    """f(*args) as an argument-less callable, what a plan records and ``run`` performs.
+    """``f(*args)`` as an argument-less callable, what a plan records and ``run`` performs.
 
     Ufuncs are given their output as the last positional argument: out= costs a third more
     to dispatch, on calls whose work is a few microseconds. Float operands are stored as 0-d

@@ -17,8 +17,8 @@ anything W depends on by the chain rule (``design`` does it for the Fourier coef
     The same for the columns of interest I only (the terminal body's parameters), the others N
     (friction, armature) being nuisance parameters estimated alongside: the information about I
     is the Schur complement F~_II - F~_IN F~_NN^-1 F~_NI, whose log det is
-    log det F~ - log det F~_NN. V = -(1/|I|) (log det F~ - log det F~_NN), and
-    dV/dW = -(2 / (|I| G)) Sigma^-1 W S (F~^-1 - F~_NN^-1 padded with zeros) S.
+    log det F~ - log det F~_NN. ``V = -(1/|I|) (log det F~ - log det F~_NN)``, and
+    ``dV/dW = -(2 / (|I| G)) Sigma^-1 W S (F~^-1 - F~_NN^-1 padded with zeros) S``.
 ``condition``
     V = log(sigma_1 / sigma_r) of W with unit-norm columns (D = column norms): unit-free, the
     number the identification reports as the scaled condition number. With u_k, v_k the

@@ -19,7 +19,7 @@ body's parameters with the joint terms as nuisance (``payload``), the column-sca
 number, or Liu et al.'s weighted sub-matrix criterion, on a grid of one period.
 
 Condition cap. D-optimality maximises the volume of the information, not its smallest
-direction: on most 6- and 7-joint arms it left the base regressor's condition number with
+direction: on most 6- and 7-joint arms it leaves the base regressor's condition number with
 unit-norm columns (what the identification reports) at 0.5-0.8 of the multisine's, and the
 condition number itself, minimised, gives worse estimates (Panda: base-parameter error 0.73
 times the multisine's against D-optimality's 0.40) and is not smooth. So ``d_optimal`` keeps its
@@ -28,12 +28,14 @@ under a cap, CONDITION_CAP_FRACTION of the median of the CLI's multisines, as on
 constraint: D-optimality within the cap. Points are ranked by the criterion plus a penalty over
 the cap, so a start over it still counts and the result is never worse than the best start.
 ``payload`` is capped too, by default: in the terminal scope the condition number is set by each
-joint's Coulomb and viscous columns (README, Optimized excitation), which only velocities that
-dwell near zero between bursts bring under a cap. That motion tells less about the payload than
-the uncapped design's (``condition_cap=None``, ``--excitation-condition-cap off``); the cap is
-the default because issue 16 asks for it in both scopes. Under a cap there, half the random starts
-are such motions (DWELL_SHARE), a local search from over the cap first brings the bound under it,
-and the series has TERMINAL_CAP_HARMONICS harmonics, not 8: the bursts need the band.
+joint's Coulomb and viscous columns (the manual's condition cap, doc/concepts/identification.md),
+which only velocities that dwell near zero between bursts bring under a cap. That motion tells
+less about the payload than the uncapped design's (``condition_cap=None``,
+``--excitation-condition-cap off``); the cap is the default in both scopes all the same: here it
+separates each joint's Coulomb and viscous columns, so the joint friction identified alongside
+the payload is well determined too. Under a cap there, half the random starts are such motions
+(DWELL_SHARE), a local search from over the cap first brings the bound under it, and the series
+has TERMINAL_CAP_HARMONICS harmonics, not 8: the bursts need the band.
 
 Gradients. q, dq, ddq on the grid are linear in x (one joint's coordinates move that joint
 only), and each criterion gives its matrix gradient dV/dW; what remains is how the regressor
@@ -59,17 +61,16 @@ sampled at the requested rate, checked on every sample (a result that crosses a 
 grid points is shrunk toward rest until it does not) and scored again there; the best of them is
 returned, so the result is never worse than the best start, measured the same way.
 
-Why the condition-number search of issue 16 went astray on a heavily damped arm (UR10e: damping
-350 N m s/rad, force range 330 N m, so the shoulder cannot move faster than about 0.5 rad/s),
-measured with that search's own code (commit 22bbc21): its random starts ignored the torque
-limits (five starts peaked at 1.9-2.7 times them on the first three joints); its position,
-velocity and acceleration limits came from squashing the coordinates, y (1 + u^k)^(-1/k), whose
-derivative along a joint's amplitude is 0.007-0.07 where the start's usage u exceeds 1 (0.5-1
-where it does not): the torque constraint's gradient had almost no component that reduced the
-amplitude, SLSQP's linearised constraints were incompatible, and it ended at whatever feasible
-point it had met by chance, which the final check then shrank toward rest; the "best start"
-it reported was the best of the infeasible starts, which no plan could reach. Here starts are
-scaled into every limit, the search works on x itself, and the result is the best finalist.
+Why the starts are scaled into every limit and the search works on x itself: on a heavily
+damped arm (UR10e: damping 350 N m s/rad, force range 330 N m, so the shoulder cannot move
+faster than about 0.5 rad/s) a search whose random starts ignore the torque limits peaks at
+1.9-2.7 times them on the first three joints, and limits imposed by squashing the coordinates,
+y (1 + u^k)^(-1/k), have a derivative along a joint's amplitude of 0.007-0.07 where the start's
+usage u exceeds 1 (0.5-1 where it does not): the torque constraint's gradient then has almost
+no component that reduces the amplitude, SLSQP's linearised constraints are incompatible, and
+the search ends at whatever feasible point it met by chance, which the final check shrinks
+toward rest; a "best start" taken among infeasible starts is one no plan can reach. Hence
+feasible starts, x itself as the search's variables, and the best finalist as the result.
 """
 from __future__ import annotations
 
@@ -94,8 +95,8 @@ from .trajectory import Trajectory
 DEFAULT_CRITERIA = {"terminal": "payload", "full": "d_optimal"}
 # The criteria designed under a cap on the unit-norm-column condition number (module docstring):
 # CONDITION_CAP_FRACTION of the median of CAP_MULTISINE_SEEDS of the CLI's multisines of the same
-# duration, speed cap and torque limits (issue 16 asks for 0.5; the smooth bound and the design
-# grid are not the identification's samples, so the cap keeps a margin).
+# duration, speed cap and torque limits (0.4 rather than a round half: the smooth bound and the
+# design grid are not the identification's samples, so the cap keeps a margin).
 CAPPED_CRITERIA = ("d_optimal", "payload")
 CONDITION_CAP_FRACTION = 0.4
 # The multisines' condition numbers scatter by a factor of 3 between seeds (Panda: 14-46): the
@@ -146,10 +147,10 @@ WARM_SPREAD = 0.3
 # joint goes out and back once a period, its velocity two Gaussian pulses of opposite sign at
 # random times, DWELL_WIDTH / (pi H) periods wide (one standard deviation), projected onto the
 # series. The cap there is set by each joint's Coulomb and viscous pair, sqrt((1 + rho) / (1 - rho))
-# with rho = mean |dq| / RMS dq (README, Optimized excitation): the velocities of random
-# coefficients are near Gaussian (pairs 2.2-3.8, median 3.0 with 8 harmonics), these dwell near
-# zero between the pulses (1.7-2.2, median 1.85; narrower pulses ring in the band, four pulses
-# dwell less: 2.2).
+# with rho = mean |dq| / RMS dq (the manual's condition cap, doc/concepts/identification.md): the
+# velocities of random coefficients are near Gaussian (pairs 2.2-3.8, median 3.0 with 8
+# harmonics), these dwell near zero between the pulses (1.7-2.2, median 1.85; narrower pulses
+# ring in the band, four pulses dwell less: 2.2).
 DWELL_SHARE = 0.5
 DWELL_WIDTH = 0.8
 # Harmonics of the series: DEFAULT_HARMONICS, and TERMINAL_CAP_HARMONICS under a cap in the
@@ -271,8 +272,8 @@ def actuator_torque_limits(robot: Robot | mujoco.MjModel) -> np.ndarray | None:
     """Symmetric joint torque limits (n,) N m (N for slides) from the model's actuators, or None.
 
     ``robot``: a Robot or its compiled MuJoCo model (hinge and slide joints). A joint's limit
-    is the sum over the actuators driving it of |gear| times the smaller bound magnitude of
-    forcerange (when force-limited) or, for a plain motor, of |gain| times
+    is the sum over the actuators driving it of ``|gear|`` times the smaller bound magnitude of
+    forcerange (when force-limited) or, for a plain motor, of ``|gain|`` times
     ctrlrange (when control-limited); a joint ``actuatorfrcrange`` caps it further. Joints
     without any such limit get inf; None when no joint has one.
     """
@@ -361,7 +362,7 @@ class ExcitationDesign:
     number); with a cap, ``criterion_value`` and ``initial_criterion_value`` add CAP_PENALTY
     times the smooth bound's excess over the log cap (nothing within it). ``limits_met``: every
     sample of ``trajectory`` within all limits; ``limit_usage`` kind -> (n,) peak over the samples of
-    value / limit (position: |q - centre| / half-width of the range less the margin; torque:
+    value / limit (position: ``|q - centre|`` / half-width of the range less the margin; torque:
     the nominal torque over the share of the limit it may use), <= 1 within limits, 0 where a
     joint has no such limit; with collision geometry ``clearance`` (1,): the clearance asked
     for over the smallest distance between geoms. ``min_clearance`` that distance (m), None
@@ -596,7 +597,7 @@ class _Problem:
         return u, dz.T @ rows
 
     def _torque_slack(self, torque: np.ndarray):
-        """Kreisselmeier-Steinhauser aggregate of 1 - |torque| / limit over the grid, per joint.
+        """Kreisselmeier-Steinhauser aggregate of ``1 - |torque| / limit`` over the grid, per joint.
 
         torque (G, n) N m. Returns slack (n,) (a smooth, conservative min: >= 0 means within the
         limit on the grid; 1 where unlimited) and d slack / d torque (G, n).

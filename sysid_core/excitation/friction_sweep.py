@@ -14,8 +14,8 @@ the two cruises is the same and cancels in their difference. Ramps are half-cosi
 (peak acceleration ``max_acceleration``); moves between strokes are rest-to-rest quintics
 within ``max_velocity`` and ``max_acceleration``.
 
-``friction_sweep`` returns the Trajectory and its ``SweepSegment``s: for each cruise, the
-joint, its velocity and the sample range of the cruise (ramps excluded).
+``friction_sweep`` returns the Trajectory and its segments (``SweepSegment``): for each cruise,
+the joint, its velocity and the sample range of the cruise (ramps excluded).
 """
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def multisine(joint_range, duration: float, sample_rate: float, seed=None, n_sin
     frequency_range: (low, high) Hz; frequencies are drawn uniformly, rejecting pairs closer
     than MIN_SEPARATION_HZ or near a ratio p/q with p, q <= 4 (which would make the joint
     retrace a short periodic path).
-    amplitude_fraction: in (0, 1]; the sampled peak of |q - center| is scaled to this fraction
+    amplitude_fraction: in (0, 1]; the sampled peak of ``|q - center|`` is scaled to this fraction
     of the half-range (half the limit span, the room to the nearer limit when ``center`` (n,)
     is given, UNLIMITED_HALF_RANGE rad for unlimited joints).
     max_velocity (rad/s), max_acceleration (rad/s^2): scalars or (n,); the whole joint signal
@@ -202,9 +202,12 @@ def transition(q_from, dq_from, q_to, dq_to, duration: float, sample_rate: float
     q_from, q_to (n,) rad (m for slides); dq_from, dq_to (n,) rad/s. duration s (> 0) is
     rounded to the nearest whole number M >= 1 of sample periods; time = arange(M + 1) /
     sample_rate, so both ends are samples and hold the boundary values exactly.
-    With tau = t / T and Delta = q_to - q_from:
-    q = q_from + dq_from T tau + (10 D - 6 v0 T - 4 v1 T) tau^3 + (-15 D + 8 v0 T + 7 v1 T) tau^4
-        + (6 D - 3 v0 T - 3 v1 T) tau^5, with dq and ddq its exact derivatives.
+    With tau = t / T, D = q_to - q_from, v0 = dq_from and v1 = dq_to::
+
+        q = q_from + v0 T tau + (10 D - 6 v0 T - 4 v1 T) tau^3 + (-15 D + 8 v0 T + 7 v1 T) tau^4
+            + (6 D - 3 v0 T - 3 v1 T) tau^5
+
+    with dq and ddq its exact derivatives.
     Returns a Trajectory with time (M + 1,) s and q, dq, ddq (M + 1, n).
     """
     q0 = _joint_vector(q_from, None, "q_from")
@@ -231,8 +234,8 @@ def transition(q_from, dq_from, q_to, dq_to, duration: float, sample_rate: float
 def transition_duration(q_from, q_to, max_velocity) -> float:
     """Duration (s) of a rest-to-rest ``transition`` whose peak speed stays within max_velocity.
 
-    The peak speed of joint j is QUINTIC_PEAK_SPEED |q_to_j - q_from_j| / T, so
-    T = max(MIN_TRANSITION_DURATION, max_j 1.875 |dq_j| / max_velocity_j).
+    The peak speed of joint j is ``QUINTIC_PEAK_SPEED |q_to_j - q_from_j| / T``, so
+    ``T = max(MIN_TRANSITION_DURATION, max_j 1.875 |q_to_j - q_from_j| / max_velocity_j)``.
     q_from, q_to (n,) rad; max_velocity rad/s, a scalar or (n,), > 0.
     """
     q0 = _joint_vector(q_from, None, "q_from")
@@ -265,6 +268,7 @@ def excitation_with_approach_and_rest(q_now, plan: Trajectory, sample_rate: floa
     """The whole profile an arm plays: reach the plan from rest, play it, come back to rest.
 
     Segments, on one uniform grid at ``sample_rate`` Hz starting at t = 0:
+
     1. approach: rest-to-rest ``transition`` from q_now (n,) rad to a pre-start pose, its
        duration from ``transition_duration`` with ``max_velocity`` (rad/s, scalar or (n,)),
        rounded up to the grid;
@@ -276,6 +280,7 @@ def excitation_with_approach_and_rest(q_now, plan: Trajectory, sample_rate: floa
     3. the plan, every sample unchanged;
     4. rest: ``transition`` from the plan's last state (q1, dq1) to q1 + dq1 T / 2 with zero
        velocity, where the decelerating quintic naturally ends (monotone speed).
+
     Launch and rest last RAMP_DURATION s, shortened when ``joint_range`` (n, 2) is given so
     that they stay inside the limits (not below MIN_RAMP_DURATION); they are left out for a
     plan that starts (ends) at rest. Accelerations step at the seams with the plan (the

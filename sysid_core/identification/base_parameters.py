@@ -139,7 +139,7 @@ def _pivoted_qr(matrix: np.ndarray, classes: np.ndarray, tol: float):
 def base_parameters(regressor: np.ndarray, column_names, tol: float | None = None) -> BaseParameters:
     """Base parameters of ``regressor`` (rows, p), columns named by ``column_names`` (p,).
 
-    ``tol`` is the relative threshold on |R_kk| / |R_00| below which a pivot counts as
+    ``tol`` is the relative threshold on ``|R_kk| / |R_00|`` below which a pivot counts as
     zero (default RANK_TOLERANCE: above round-off, and above the near-dependencies that a
     model file's rounded right angles leave).
     Each group is represented by its preferred column (see ``preference``).

@@ -1,7 +1,7 @@
 """Physically consistent standard parameters from a base-parameter estimate.
 
 A body is realisable exactly when its pseudo-inertia J(theta) (linear in theta) is
-positive definite (inertia.py). The consistent solution minimises
+positive definite (inertia.py). The consistent solution minimises::
 
     f(theta) = |S^-1 (P theta - beta)|^2 + |N^T D^-1 (theta - theta_nominal)|^2
                [+ |(theta_L - theta_nominal_L) / (LINK_ACCURACY D_L)|^2]

@@ -67,7 +67,7 @@ class ReducedForm:
     the columns not identically zero in them (on a serial arm joint j sees only the bodies
     after it and its own friction, so the factorisations are several times cheaper than on
     all r columns). Orthogonality gives, exactly up to round-off, W_j^T W_j, W_j^T y_j and
-    |y_j - W_j b|^2 for any b. ``n_samples`` N; ``n_params`` r; ``equations`` (n,) the rows of
+    ``|y_j - W_j b|^2`` for any b. ``n_samples`` N; ``n_params`` r; ``equations`` (n,) the rows of
     each joint that are not all zero (a zero row carries nothing: an equation left out), None
     when none is (N each).
     """
@@ -168,7 +168,7 @@ class ReducedForm:
         return np.vstack(blocks)
 
     def residual_sums(self, values: np.ndarray) -> np.ndarray:
-        """|y_j - W_j values|^2 for every joint (n,), from the triangles alone."""
+        """``|y_j - W_j values|^2`` for every joint (n,), from the triangles alone."""
         values = np.asarray(values, dtype=float)
         return np.array([float(np.sum((t[:, :-1] @ values[s] - t[:, -1]) ** 2))
                          for s, t in zip(self.supports, self.triangles)])
@@ -252,7 +252,7 @@ def least_squares_reduced(reduced: ReducedForm) -> Estimate:
 
 
 def ridge_reduced(reduced: ReducedForm, alpha: float = 1e-6) -> Estimate:
-    """Tikhonov-regularised least squares, penalty alpha * mean(diag(W^T W)) * |beta|^2.
+    """Tikhonov-regularised least squares, penalty alpha * mean(diag(W^T W)) * ``|beta|^2``.
 
     The penalty is relative to the data so one alpha fits any scale. Covariance is the
     sandwich sigma^2 A^-1 W^T W A^-1 with A = W^T W + lambda E.
@@ -298,7 +298,7 @@ def robust_least_squares_reduced(reduced: ReducedForm, blocks: Blocks, iteration
                                  tolerance: float = 1e-9) -> Estimate:
     """Huber M-estimate by iteratively reweighted least squares, per-joint scaled like WLS.
 
-    Every equation (sample, joint) gets the weight min(1, HUBER_K / |r / s_j|), r its residual
+    Every equation (sample, joint) gets the weight ``min(1, HUBER_K / |r / s_j|)``, r its residual
     and s_j the joint's robust noise scale (1.4826 MAD); weights are one value per equation,
     applied by scaling rows. Gaussian noise loses ~5 % efficiency; a spike (a CAN glitch, a
     collision, a sensor dropout) pulls the fit with a bounded weight instead of its square.

@@ -160,7 +160,7 @@ def resample_uniform(recording: Recording, max_gap_periods: float = MAX_GAP_PERI
 
     For jittered time stamps (a driver's timer, USB-CAN latency): every signal, (N, n) in its
     own unit, is interpolated at t0 + k * median(dt) for every k inside the recorded span; M ~ N.
-    Linear interpolation errs by at most dt^2/8 |x''|, far below the sensor noise at a few
+    Linear interpolation errs by at most ``dt^2/8 |x''|``, far below the sensor noise at a few
     hundred Hz. An interval longer than ``max_gap_periods`` median periods raises DataError:
     samples were lost there, and interpolating across them would invent data.
     """

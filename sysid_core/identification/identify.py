@@ -730,12 +730,20 @@ def on_hardware(robot: Robot, result: IdentificationResult) -> IdentificationRes
     return replace(result, config=config, column_names=names, standard=standard)
 
 
-def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq) -> np.ndarray:
+def predict_torque(robot: Robot, result: IdentificationResult, q, dq, ddq, residual=None,
+                   motor_q=None) -> np.ndarray:
     """Joint torques (N, n) N m of the identified model at q, dq, ddq (N, n): rigid bodies plus
     joint terms, with the physics the data came from (``result.config.physics``; replace it by
-    None for what a real arm of these parameters needs)."""
+    None for what a real arm of these parameters needs). With ``residual`` (a
+    ``residual.ResidualModel``, e.g. loaded from residual_model.json) its correction is added,
+    evaluated at q, dq, this torque and, for a model that takes the deflection, q - ``motor_q``
+    (N, n) rad, the motor-side positions (DataError without them)."""
     q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
-    return _predicted(robot, result, q, dq, ddq)
+    torque = _predicted(robot, result, q, dq, ddq)
+    if residual is None:
+        return torque
+    deflection = None if motor_q is None else q - np.atleast_2d(np.asarray(motor_q, dtype=float))
+    return torque + residual.predict_for(robot.joint_names, q, dq, deflection, torque)
 
 
 def _predicted(robot: Robot, result: IdentificationResult, q, dq, ddq, friction_columns=None) -> np.ndarray:

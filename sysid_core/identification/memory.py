@@ -8,12 +8,12 @@ from pathlib import Path
 from .identify import IdentificationConfig, column_names
 
 # peak memory of a run: per (sample x joint x identified parameter), the regressor and the
-# copies the estimators take of it (4.8 doubles measured on the OpenArm-class arm, terminal and
-# full scope alike, by tracemalloc from 30 to 60 s at 1 kHz, before the identification's columns
-# were built in the regressor's joint-major layout; since then the CLI's 8 s full-scope run of
-# test_cli peaks at 111 MB against 297 MB estimated: still an upper bound, and a loose one, as
-# the streamed blocks no longer grow with the recording), plus what does not grow with the
-# samples (about 100 MB there)
+# copies the estimators take of it (4.8 doubles by tracemalloc from 30 to 60 s at 1 kHz on the
+# OpenArm-class arm, terminal and full scope alike, with the whole regressor in memory at once),
+# plus what does not grow with the samples (about 100 MB there). The identification goes through
+# the data in blocks of the regressor's joint-major layout, which do not grow with the recording,
+# so this is an upper bound, and a loose one: the CLI's 8 s full-scope run of test_cli peaks at
+# 111 MB against 297 MB estimated
 BYTES_PER_REGRESSOR_ENTRY = 4 * 8
 FIXED_BYTES = 128 * 2 ** 20
 

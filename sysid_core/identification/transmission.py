@@ -16,8 +16,10 @@ on a lightly loaded joint). The fit is therefore by instrumental variables: the 
 the link torque, its rate and one, which follow the deflection but not its noise. Standard
 deviations are the instrumental-variable ones, scaled for the filter: neighbouring filtered
 samples are not independent, so the residual's degrees of freedom are counted per filter
-bandwidth (2 cutoff_hz samples per second), not per sample. A joint whose load hardly varies
-is reported as not identified, with the reason.
+bandwidth (2 cutoff_hz samples per second), not per sample. They are conditional on the
+link-side torque given: an identified model's error in it (the terminal body's, which dominates a
+wrist's load) biases the stiffness beyond them. A joint whose load hardly varies is reported as
+not identified, with the reason.
 """
 from __future__ import annotations
 

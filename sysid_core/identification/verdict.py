@@ -22,7 +22,8 @@ Every result carries a verdict, computed here from what the run itself shows (``
 
 The thresholds are module constants chosen from measured distributions of good runs on the
 real-arm corpus and of deliberately bad ones (bench/verdict_thresholds.py prints both); the
-README lists them with the measurement.
+verdict page of the manual (doc/concepts/verdict.md) lists them, and bench/README.md the
+measurement.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import numpy as np
 LEVELS = ("good", "doubtful", "failed")
 
 # (doubtful above, failed above); chosen from bench/verdict_thresholds.py (good runs of 19 arms
-# against five kinds of bad run), see the README's table
+# against five kinds of bad run), tabulated in doc/concepts/verdict.md and bench/README.md
 RELATIVE_RMSE = (0.1, 0.4)
 CONDITION_NUMBER = {"terminal": 200.0, "full": 1e3}  # doubtful above
 MASS_RELATIVE_STD = (0.02, 0.1)

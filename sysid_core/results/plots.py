@@ -15,6 +15,7 @@ import numpy as np
 from ..dynamics.model import Robot
 from ..identification.identify import IdentificationResult, fitted_torque
 from ..identification.recording import Recording
+from ..identification.residual import residual_samples
 
 MAX_POINTS = 4000  # per line: a 10-minute 1 kHz recording would only blacken the figure
 POORLY_DETERMINED_PERCENT = 10.0
@@ -56,20 +57,36 @@ def torque_figure(robot: Robot, result: IdentificationResult, recording: Recordi
     return figure
 
 
-def residual_figure(robot: Robot, result: IdentificationResult, recording: Recording, title: str):
-    """Residual (measured - predicted) per joint with its RMSE in the label."""
+def residual_figure(robot: Robot, result: IdentificationResult, recording: Recording, title: str,
+                    residual_model=None):
+    """Residual (measured - predicted) per joint with its RMSE in the label; with
+    ``residual_model`` (a ``residual.ResidualModel`` of this result) also what is left once its
+    correction is added, with that RMSE."""
     time, measured, predicted = torque_samples(robot, result, recording)
     residual = measured - predicted
     rmse = np.sqrt(np.mean(residual**2, axis=0))
+    corrected = None
+    if residual_model is not None:
+        rows = residual_samples(robot, result, recording)
+        left = rows["residual"] - residual_model.predict(rows["q"], rows["dq"], rows["deflection"], rows["torque"])
+        corrected = (rows["time"], left, np.sqrt(np.mean(left ** 2, axis=0)))
     keep = _every(time.size)
     figure = _figure(robot.n_joints)
     axes = figure.subplots(robot.n_joints, 1, sharex=True, squeeze=False)[:, 0]
     for j, ax in enumerate(axes):
-        ax.plot(time[keep] - time[0], residual[keep, j], color="tab:red", lw=0.8)
+        ax.plot(time[keep] - time[0], residual[keep, j], color="tab:red", lw=0.8, label="rigid body + friction")
+        label = f"RMSE {rmse[j]:.3g} N m"
+        if corrected is not None:
+            t, left, left_rmse = corrected
+            every = _every(t.size)
+            ax.plot(t[every] - time[0], left[every, j], color="tab:blue", lw=0.8, label="with the residual model")
+            label += f", with the residual model {left_rmse[j]:.3g} N m"
         ax.axhline(0.0, color="0.6", lw=0.5)
         ax.set_ylabel(f"{robot.joint_names[j]}\n[N m]", fontsize=8)
-        ax.text(0.99, 0.9, f"RMSE {rmse[j]:.3g} N m", transform=ax.transAxes, ha="right", va="top", fontsize=7)
+        ax.text(0.99, 0.9, label, transform=ax.transAxes, ha="right", va="top", fontsize=7)
         ax.tick_params(labelsize=7)
+    if corrected is not None:
+        axes[0].legend(loc="upper left", fontsize=7, ncol=2)
     axes[0].set_title(title, fontsize=9)
     axes[-1].set_xlabel("time [s]")
     return figure
@@ -102,11 +119,11 @@ def parameter_figure(result: IdentificationResult):
 
 
 def write_plots(output_dir, robot: Robot, result: IdentificationResult, recording: Recording,
-                validation: Recording | None = None) -> list[Path]:
+                validation: Recording | None = None, residual_model=None) -> list[Path]:
     """Write torque_fit.png, residuals.png and parameters.png into ``output_dir``; returns the paths.
 
     The torque figures show ``validation`` when given (what the model predicts on data it did
-    not see), else ``recording``.
+    not see), else ``recording``; residuals.png also what ``residual_model`` leaves, if given.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +131,7 @@ def write_plots(output_dir, robot: Robot, result: IdentificationResult, recordin
     what = "validation recording (not used to identify)" if validation is not None else "identification recording"
     figures = {
         "torque_fit.png": torque_figure(robot, result, shown, f"Torque: measured vs predicted, {what}"),
-        "residuals.png": residual_figure(robot, result, shown, f"Residual torque, {what}"),
+        "residuals.png": residual_figure(robot, result, shown, f"Residual torque, {what}", residual_model),
         "parameters.png": parameter_figure(result),
     }
     paths = []

@@ -109,8 +109,8 @@ def _residual_lines(doc: dict) -> list:
         change = (f"{100 * (with_model / without - 1):+.1f}" if validation and without else "n/a")
         rows.append([j["joint"], "yes" if j["applied"] else "no", str(j["components"]), _g(without, ".4g"),
                      _g(with_model, ".4g"), change])
-    return (["", f"Residual model ({block['kind']}, {block['file']}; inputs: q, dq"
-                 + (", deflection" if block.get("deflection") else "") + ")"]
+    kinds = list(dict.fromkeys(name.split(":", 1)[0] for j in block["joints"] for name in j.get("inputs", ())))
+    return (["", f"Residual model ({block['kind']}, {block['file']}; inputs per joint: {', '.join(kinds)})"]
             + _table(["joint", "applied", "components", "validation RMSE without [N m]", "with [N m]", "change [%]"],
                      rows, left=2)
             + [f"  {j['joint']}: {j['reason']}" for j in block["joints"] if j.get("reason")])

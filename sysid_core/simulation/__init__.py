@@ -81,7 +81,8 @@ _BANDWIDTH_PER_SAMPLE_RATE = 1.0 / 50.0
 # A run is refused when a joint's tracking error exceeds this fraction of its planned excursion
 # (peak to peak) plus the floor (rad, m for slides): the arm then no longer made the motion the
 # excitation was designed for. Healthy runs stay orders of magnitude below (1e-4-1e-2 rad, see
-# the README); the failures this catches are of the size of the motion itself.
+# bench/README.md, The simulation source); the failures this catches are of the size of the
+# motion itself.
 TRACKING_TOLERANCE_FRACTION = 0.1
 TRACKING_TOLERANCE_FLOOR = 0.01
 # A run accepted with a tracking error above this fraction of its tolerance is marked doubtful
@@ -127,7 +128,7 @@ class MeasurementNoise:
 class StribeckFriction:
     """A plant's Stribeck friction beyond MuJoCo's own, for ``simulate_tracking(joint_friction=...)``.
 
-    f(dq) = (coulomb + excess exp(-(|dq| / velocity)^exponent)) tanh(dq / sign_velocity) + viscous dq,
+    ``f(dq) = (coulomb + excess exp(-(|dq| / velocity)^exponent)) tanh(dq / sign_velocity) + viscous dq``,
     per joint, N m for dq in rad/s: ``excess`` N m the static level above the Coulomb level
     (the Stribeck peak at rest), ``velocity`` rad/s the Stribeck velocity, ``exponent`` the
     shape (2: Gaussian), ``coulomb`` N m and ``viscous`` N m s/rad extra Coulomb and viscous
@@ -312,7 +313,7 @@ def plant_model(model: mujoco.MjModel, timing: SimulationTiming) -> mujoco.MjMod
 
 def torque_limits(model: mujoco.MjModel) -> np.ndarray:
     """Each joint's torque limit (n,) N m (N for slides) from the file's actuators, inf where it
-    gives none: |gear| times forcerange, or |gain| times ctrlrange for a plain motor, capped by
+    gives none: ``|gear|`` times forcerange, or ``|gain|`` times ctrlrange for a plain motor, capped by
     the joint's actuatorfrcrange (``excitation.design.actuator_torque_limits``)."""
     limits = actuator_torque_limits(model)
     return np.full(model.nv, np.inf) if limits is None else limits
@@ -513,11 +514,11 @@ class Collision:
 class TrackingQuality:
     """How well a simulated run followed its plan, per joint (n,) in ``joint_names`` order.
 
-    rms_error, max_error: tracking error |q - q_planned|, RMS and peak, rad (m for slides);
+    rms_error, max_error: tracking error ``|q - q_planned|``, RMS and peak, rad (m for slides);
     max_error_time: s, when the peak occurred. tolerance: the peak error above which the run
     is refused (TRACKING_TOLERANCE_FRACTION of the planned peak-to-peak excursion plus
     TRACKING_TOLERANCE_FLOOR). torque_limit: N m from the file's actuators, inf where it
-    gives none; torque_usage: peak |commanded torque| / torque_limit (0 where unlimited).
+    gives none; torque_usage: peak ``|commanded torque|`` / torque_limit (0 where unlimited).
     collisions: body pairs the motion made overlap. timing: how MuJoCo integrated the run.
     ``notes()`` gives one line per finding, for a report's data-quality notes.
     """

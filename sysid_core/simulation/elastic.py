@@ -73,7 +73,7 @@ class Transmission:
 @dataclass(frozen=True, eq=False)
 class Gearbox:
     """What a real gearbox adds on the rotor that no rigid-body model with joint friction knows:
-    friction growing with the torque it transmits, ``load_friction`` of |tau_link| (a fraction,
+    friction growing with the torque it transmits, ``load_friction`` of ``|tau_link|`` (a fraction,
     >= 0), against the rotor's velocity (its sign smoothed over ``smoothing`` rad/s), and a
     cogging ripple ``ripple`` (n,) N m sin(``ripple_per_rad`` theta). ``torque`` is a
     ``simulate_elastic`` rotor torque."""
