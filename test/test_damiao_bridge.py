@@ -63,17 +63,18 @@ def context(context):
 class Rig:
     """Emulator + bridge + a probe node and a bus monitor, spun by one executor."""
 
-    def __init__(self, context, motors=None, start_bridge=True, namespace="", arm_options=None, **parameters):
+    def __init__(self, context, motors=None, start_bridge=True, namespace="", arm_options=None, model=ARM,
+                 layout=LAYOUT, **parameters):
         self.channel = f"bridge_test_{os.getpid()}_{next(_channels)}"
         self.namespace = namespace
         prefix = f"{namespace}/" if namespace else ""
         self.motors = motors or [EmulatedMotor("joint1", "DM4340", 1, 0x11), EmulatedMotor("joint2", "DM4310", 2, 0x12)]
-        self.arm = VirtualDamiaoArm(ARM, self.motors, channel=self.channel, **(arm_options or {}))
+        self.arm = VirtualDamiaoArm(model, self.motors, channel=self.channel, **(arm_options or {}))
         self.arm.start()
         self.monitor = can.Bus(interface="virtual", channel=self.channel)
         self.frames = []
         self.context = context
-        self.parameters = {**LAYOUT, "can_interface": "virtual", "can_channel": self.channel, **parameters}
+        self.parameters = {**layout, "can_interface": "virtual", "can_channel": self.channel, **parameters}
         self.executor = SingleThreadedExecutor(context=context)
         self.probe = Node(f"probe_{next(_channels)}", context=context)
         self.states, self.diagnostics = [], []
@@ -97,12 +98,12 @@ class Rig:
         deadline = time.monotonic() + (seconds if until is None else limit)
         while time.monotonic() < deadline:
             self.executor.spin_once(timeout_sec=0.002)
-            self._drain()
+            self.drain()
             if until is not None and until():
                 return True
         return until is None
 
-    def _drain(self):
+    def drain(self):
         # (time.monotonic() when drained, id, payload, bus time of sending)
         while (msg := self.monitor.recv(timeout=0)) is not None:
             self.frames.append((time.monotonic(), msg.arbitration_id, bytes(msg.data), msg.timestamp))

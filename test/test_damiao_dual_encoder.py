@@ -7,9 +7,7 @@ monitor bus that sees every frame the bridge sends. Counts are checked against c
 simulated time, never against the wall clock: the suite runs on slow, loaded machines.
 """
 import gc
-import itertools
 import math
-import os
 import sys
 import time
 import uuid
@@ -18,9 +16,6 @@ import can
 import mujoco
 import numpy as np
 import pytest
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
 from sysid_core.damiao import protocol as dm
@@ -28,9 +23,9 @@ from sysid_core.damiao.dual_encoder import DualEncoderReader, bus_load, max_rate
 from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_core.damiao.protocol import MitCommand, motor_limits, resolution
 from sysid_core.simulation.elastic import Transmission
-from sysid_ros.damiao_bridge import DamiaoBridge
 
 from conftest import MODELS, ROBOTS
+from test_damiao_bridge import Rig as BridgeRig
 
 VERTICAL = str(MODELS / "planar_2r_vertical.xml")    # gravity in the plane of motion
 OPENARM = str(ROBOTS / "openarm_class.xml")
@@ -321,7 +316,6 @@ LAYOUT = {
     # up for several cycles: silence (and a read's reply) is given up only after 0.1 s
     "feedback_timeout_cycles": 50,
 }
-_channels = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -336,30 +330,19 @@ def context(context):
     sys.setswitchinterval(interval)
 
 
-class Rig:
-    """The elastic virtual arm in real time, the bridge, a probe node and a bus monitor."""
+class Rig(BridgeRig):
+    """The elastic virtual arm in real time, the bridge (started by ``start_bridge``), a probe
+    node listening to motor_states too, and a bus monitor (test_damiao_bridge's rig)."""
 
     def __init__(self, context, **parameters):
-        self.channel = f"dual_test_{os.getpid()}_{next(_channels)}"
-        self.arm = VirtualDamiaoArm(VERTICAL, two_motors(), channel=self.channel, transmission=TRANSMISSION,
-                                    drive_gains=(BRIDGE_KP, BRIDGE_KD), initial_positions=POSE)
-        self.arm.start()
-        self.monitor = can.Bus(interface="virtual", channel=self.channel)
-        self.frames = []
-        self.context = context
-        self.parameters = {**LAYOUT, "can_interface": "virtual", "can_channel": self.channel, **parameters}
-        self.executor = SingleThreadedExecutor(context=context)
-        self.probe = Node(f"dual_probe_{next(_channels)}", context=context)
-        self.states, self.motor_states = [], []
-        self.probe.create_subscription(JointState, "joint_states", self.states.append, 1000)
+        super().__init__(context, motors=two_motors(), start_bridge=False, model=VERTICAL, layout=LAYOUT,
+                         arm_options=dict(transmission=TRANSMISSION, drive_gains=(BRIDGE_KP, BRIDGE_KD),
+                                          initial_positions=POSE), **parameters)
+        self.motor_states = []
         self.probe.create_subscription(JointState, "motor_states", self.motor_states.append, 1000)
-        self.command_pub = self.probe.create_publisher(JointState, "sysid/joint_command", 10)
-        self.executor.add_node(self.probe)
-        self.bridge = None
 
     def start_bridge(self):
-        self.bridge = DamiaoBridge(context=self.context, parameter_overrides=[
-            Parameter(k, value=v) for k, v in self.parameters.items()])
+        self.bridge = self.make_bridge()
         self.executor.add_node(self.bridge)
         return self.bridge
 
@@ -375,19 +358,6 @@ class Rig:
             if condition():
                 return True
         return False
-
-    def drain(self):
-        while (msg := self.monitor.recv(timeout=0)) is not None:
-            self.frames.append((msg.arbitration_id, bytes(msg.data)))
-
-    def close(self):
-        for node in (self.bridge, self.probe):
-            if node is not None:
-                self.executor.remove_node(node)
-                node.destroy_node()
-        self.executor.shutdown()
-        self.monitor.shutdown()
-        self.arm.stop()
 
 
 @pytest.fixture
@@ -436,12 +406,12 @@ def test_bridge_publishes_the_measured_deflection_on_motor_states(rig):
     assert r.spin_until(lambda: len(r.motor_states) >= published)
 
     # MIT frames kept coming: one tracking frame to each motor every cycle, reads in between
-    tokens = ["R" if arb == dm.MANAGEMENT_ID and data[2] == dm.OP_READ else arb for arb, data in window
+    tokens = ["R" if arb == dm.MANAGEMENT_ID and data[2] == dm.OP_READ else arb for _, arb, data, _ in window
               if arb in (1, 2) or arb == dm.MANAGEMENT_ID]
     mit = [t for t in tokens if t != "R"]
     assert mit == [1, 2] * cycles
     assert all(tokens[k - 1] == 2 for k, t in enumerate(tokens) if t == "R")   # after a round, alone
-    for arb, data in window:
+    for _, arb, data, _ in window:
         if arb in (1, 2):
             command = dm.decode_mit(data, LIMITS[arb - 1])
             assert command.kp == pytest.approx(BRIDGE_KP[arb - 1], abs=0.2)   # tracking, not damping

@@ -290,3 +290,19 @@ def test_the_readme_is_a_front_door():
     assert commands[:2] == ["make demo", "make test"], commands
     for target in re.findall(r"\]\(((?:doc|bench)/[^)#]+)", text):
         assert (ROOT / target).is_file(), target
+
+
+def test_no_development_history_in_the_repository_text():
+    """The repository describes the software as it is: no issue numbers in the code, the
+    manual, the README or the benchmarks' notes."""
+    history = re.compile(r"\bissues? #?\d+|\bgh-\d+", re.IGNORECASE)
+    found = []
+    for folder in ("sysid_core", "sysid_ros", "doc", "bench", "launch", "config", "test"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix not in (".py", ".md", ".yaml", ".xml") or "_build" in path.parts:
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if history.search(line) and path.name != "test_docs.py":
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    found += [f"README.md: {line}" for line in (ROOT / "README.md").read_text().splitlines() if history.search(line)]
+    assert not found, "\n".join(found)
