@@ -16,6 +16,7 @@ import can
 import mujoco
 import numpy as np
 import pytest
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
 from sysid_core.damiao import protocol as dm
@@ -23,6 +24,7 @@ from sysid_core.damiao.dual_encoder import DualEncoderReader, bus_load, max_rate
 from sysid_core.damiao.emulator import EmulatedMotor, VirtualDamiaoArm
 from sysid_core.damiao.protocol import MitCommand, motor_limits, resolution
 from sysid_core.simulation.elastic import Transmission
+from sysid_ros.identifier import Identifier
 
 from conftest import MODELS, ROBOTS
 from test_damiao_bridge import Rig as BridgeRig
@@ -455,6 +457,40 @@ def test_bridge_publishes_the_measured_deflection_on_motor_states(rig):
     assert len(r.motor_states) == bridge.motor_states_published
     # and every entry the bridge published reached the probe with its joint_states
     assert sum(len(m.name) for m in r.motor_states) == reader.pairs_completed - len(bridge._deflections)
+
+
+def test_the_identifier_records_the_deflection_the_bridge_measures(rig):
+    """bridge -> motor_states (a few joints per message, at the register reads' rate) ->
+    identifier: each entry lands on the joint state of its stamp, NaN elsewhere, none refused."""
+    r = rig(motor_states_hz=25.0)
+    identifier = Identifier(context=r.context, parameter_overrides=[Parameter("model", value=VERTICAL)])
+    r.executor.add_node(identifier)
+    try:
+        bridge = r.start_bridge()
+        assert r.spin_until(lambda: bridge.tracking.all())
+        settled = r.arm.sim_time + 3.0
+        assert r.spin_until(lambda: r.arm.sim_time >= settled)
+        r.executor.remove_node(bridge)  # no more cycles: what was published can all arrive
+        live = identifier.live_recording
+        assert r.spin_until(lambda: live.received >= bridge.published and
+                            live.motor_received >= bridge.motor_states_published == len(r.motor_states))
+        recording, counts = live.snapshot(1, "joint_states")
+        assert counts.motor["rejected"] == 0 and counts.motor["received"] == bridge.motor_states_published > 10
+        states = {stamp_of(m): m for m in r.states}
+        expected = np.full(recording.motor_q.shape, np.nan)
+        for msg in r.motor_states:
+            (row,) = np.flatnonzero(recording.time == msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+            state = states[stamp_of(msg)]
+            for name, position in zip(msg.name, msg.position):
+                expected[row, recording.joint_names.index(name)] = position
+                j = list(state.name).index(name)
+                # q - motor_q is the deflection the bridge measured
+                assert recording.q[row, recording.joint_names.index(name)] - position == \
+                    pytest.approx(state.position[j] - position, abs=1e-12)
+        np.testing.assert_array_equal(recording.motor_q, expected)
+    finally:
+        r.executor.remove_node(identifier)
+        identifier.destroy_node()
 
 
 def test_register_replies_are_never_taken_for_feedback(rig):
