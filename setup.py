@@ -61,7 +61,7 @@ setup(
     entry_points={
         "console_scripts": [
             "sysid-identify = sysid_core.cli:main",
-            "sysid-calibrate-effort = sysid_core.cli:calibrate_main",
+            "sysid-calibrate-effort = sysid_core.cli.calibrate:calibrate_main",
             "trajectory_publisher = sysid_ros.trajectory_publisher:main",
             "mujoco_sim = sysid_ros.mujoco_sim:main",
             "identifier = sysid_ros.identifier:main",

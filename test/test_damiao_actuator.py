@@ -280,7 +280,7 @@ def _calibration_files(runs, folder):
 
 def test_sysid_calibrate_effort_recovers_the_true_gains_and_writes_a_file_the_bridge_loads(
         runs, calibration_payload, tmp_path, capsys):
-    from sysid_core.cli import calibrate_main
+    from sysid_core.cli.calibrate import calibrate_main
     from sysid_ros.damiao_bridge import load_effort_gains
     robot = load_robot(ROBOTS / "openarm_class.xml")
     loaded = load_robot(calibration_payload)
@@ -309,7 +309,7 @@ def test_sysid_calibrate_effort_recovers_the_true_gains_and_writes_a_file_the_br
 
 
 def test_sysid_calibrate_effort_refuses_bad_input_with_exit_2(runs, tmp_path, capsys):
-    from sysid_core.cli import calibrate_main
+    from sysid_core.cli.calibrate import calibrate_main
     alone, alone_log, with_mass, with_mass_log = _calibration_files(runs, tmp_path)
     base = [str(ROBOTS / "openarm_class.xml"), "--recording", str(alone), "--commands", str(alone_log),
             "--recording-with-mass", str(with_mass), "--commands-with-mass", str(with_mass_log), "--mass", "0.5",

@@ -93,7 +93,8 @@ def _page(path: Path) -> str:
 # --- console scripts ----------------------------------------------------------------------------
 
 def _parsers() -> dict:
-    from sysid_core.cli import build_calibration_parser, build_parser
+    from sysid_core.cli import build_parser
+    from sysid_core.cli.calibrate import build_calibration_parser
     from sysid_ros.sim_identify import build_parser as build_sim_parser
     return {"sysid-identify": build_parser(), "sysid-calibrate-effort": build_calibration_parser(),
             "sysid-sim-identify": build_sim_parser()}

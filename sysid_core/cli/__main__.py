@@ -1,0 +1,6 @@
+"""``python -m sysid_core.cli``: sysid-identify."""
+import sys
+
+from . import main
+
+sys.exit(main())
