@@ -13,7 +13,7 @@ Subscribes
     stamped like the joint state it belongs to and naming any of the joints (a driver may read
     them at some samples only); matched to the joint states by stamp. With them, params.json
     carries each joint's transmission stiffness and damping and the residual model's inputs the
-    deflection. Screened and counted as joint_states are (``motor_rejections`` in the answer).
+    deflection. Screened and counted as joint_states are (``motor_states`` in the answer).
     sysid/done (std_msgs/Bool, transient local): the excitation ended (identify_on_done).
     robot_description (std_msgs/String, transient local): the arm's URDF (or MJCF), as
     robot_state_publisher publishes it; the model when parameter ``model`` is empty. The first
