@@ -22,6 +22,7 @@ from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.multisine import multisine
 from sysid_core.identification.recording import Recording
 from sysid_core.identification.recording_files import read_rosbag, write_rosbag
+from sysid_core.identification.residual import ResidualModel
 from sysid_core.simulation.elastic import Gearbox, Transmission, simulate_elastic
 from sysid_ros.identifier import Identifier
 from sysid_ros.mujoco_sim import MujocoSim
@@ -83,7 +84,10 @@ def test_bags_of_both_encoders_give_the_stiffness_and_a_residual_model(bags, tmp
     document = json.loads((tmp_path / "params.json").read_text())
     _check_stiffness(document["joints"], 4)
     residual = document["residual"]
-    assert residual["deflection"] and (tmp_path / "residual_model.json").is_file()
+    assert residual["deflection"]
+    model = ResidualModel.from_dict(json.loads((tmp_path / "residual_model.json").read_text()))
+    assert model.joint_names == robot.joint_names
+    assert all(j.inputs[-1] == f"deflection:{j.joint}" for j in model.joints)
     reduction = _pooled_reduction(residual)
     print(f"\nvalidation RMSE {100 * reduction:.1f} % lower with the residual model")
     assert reduction >= 0.30

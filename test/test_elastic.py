@@ -1,6 +1,5 @@
 """Elastic transmissions: the simulated elastic arm against MuJoCo's rigid inverse dynamics, and
 the stiffness identified from its double-encoder recording against the truth it was built with."""
-import json
 
 import mujoco
 import numpy as np
@@ -11,9 +10,7 @@ from sysid_core.cli import main
 from sysid_core.dynamics.model import load_robot
 from sysid_core.errors import DataError, TrackingError
 from sysid_core.excitation.multisine import multisine
-from sysid_core.identification import recording_files as rf
 from sysid_core.identification.recording import Recording
-from sysid_core.identification.residual import ResidualModel
 from sysid_core.identification.transmission import identify_transmission
 from sysid_core.simulation import MeasurementNoise, default_gains
 from sysid_core.simulation.elastic import ROTOR_SUFFIX, Gearbox, Transmission, elastic_plant, simulate_elastic
@@ -164,40 +161,6 @@ def test_without_motor_positions_no_transmission_is_identified():
 def test_an_impossible_transmission_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Transmission(**kwargs).checked(2)
-
-
-def _gearbox(theta, dtheta, link):
-    """What a rigid model cannot explain: friction growing with the transmitted torque, and
-    the motor's cogging ripple (N m on the rotor)."""
-    return -0.04 * np.abs(link) * np.tanh(dtheta / 0.05) + 0.03 * np.sin(8 * theta)
-
-
-def test_sysid_identify_reads_both_encoders_and_learns_the_residual(tmp_path):
-    robot = load_robot(OPENARM)
-    k = np.array([3000, 3000, 1500, 1500, 500, 500, 500.0])
-    for name, seed in (("train", 0), ("val", 1)):
-        plan = multisine(robot.joint_range, 30.0, 1000.0, seed=seed, max_velocity=1.0)
-        recording = simulate_elastic(OPENARM, plan, Transmission(k, 0.05 * np.sqrt(k)), robot.model, seed=10 + seed,
-                                     rotor_torque=_gearbox)
-        rf.write_csv(tmp_path / f"{name}.csv", recording)
-    out = tmp_path / "out"
-    status = main([str(OPENARM), "--recording", str(tmp_path / "train.csv"), "--validation-recording",
-                   str(tmp_path / "val.csv"), "--residual", "gmm", "--no-plots", "--output-dir", str(out)])
-    assert status == 0
-    document = json.loads((out / "params.json").read_text())
-    stiffness = np.array([j["transmission_stiffness"] for j in document["joints"]])
-    std = np.array([j["transmission_stiffness_std"] for j in document["joints"]])
-    assert np.all(np.abs(stiffness / k - 1) < np.maximum(0.05, 4 * std / k)), (stiffness, std)
-    assert np.all(np.abs(stiffness[:4] / k[:4] - 1) < 0.05)  # the loaded joints
-    figures = document["residual"]["joints"]
-    without = np.array([j["validation_rmse"]["without"] for j in figures])
-    with_model = np.array([j["validation_rmse"]["with"] for j in figures])
-    assert document["residual"]["deflection"] and all(j["applied"] for j in figures)
-    # on a separate recording the mixture explains a good part of what the rigid model left
-    assert np.sqrt(np.sum(with_model ** 2) / np.sum(without ** 2)) < 0.8, (without, with_model)
-    model = ResidualModel.from_dict(json.loads((out / "residual_model.json").read_text()))
-    assert model.joint_names == robot.joint_names
-    assert all(j.inputs[-1] == f"deflection:{j.joint}" for j in model.joints)
 
 
 def test_validation_options_exclude_each_other(tmp_path, capsys):

@@ -31,7 +31,7 @@ def _model(robot, deflection: bool) -> ResidualModel:
     dq = np.gradient(q, t, axis=0)
     torque = 5.0 * np.sin(q) + 0.5 * dq
     residual = 0.1 * np.abs(torque) * np.tanh(dq / 0.05) + 0.005 * rng.standard_normal(q.shape)
-    model = fit_residual_model(robot.joint_names, q, dq, residual, torque=torque,
+    model = fit_residual_model(robot.joint_names, q, dq, residual, torque=torque, components=(2, 4),
                                deflection=1e-3 * np.tanh(torque) if deflection else None)
     assert all(j.applied for j in model.joints), [j.reason for j in model.joints]
     return model
