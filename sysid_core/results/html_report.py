@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import SysidError
 from .export import _atomic_write, _joint_frictions
-from .report import _INERTIA, _g
+from .report import (RESIDUAL_HEADER, TRANSMISSION_HEADER, _INERTIA, _g, residual_input_kinds,
+                     residual_rows, transmission_rows)
 
 MAX_POINTS = 2000  # per trace: the width of a figure in pixels, and small files for long runs
 DETAIL_S = 20.0  # s of measured and predicted torque shown sample by sample; the residual shows all
@@ -538,18 +539,11 @@ def _gaps(recording) -> str:
 
 
 def _transmission_section(document: dict) -> str:
-    joints = [j for j in document["joints"] if "transmission_stiffness" in j]
+    rows = transmission_rows(document)
     notes = document.get("transmission_notes") or []
-    if not joints and not notes:
+    if not rows and not notes:
         return ""
-    body = []
-    if joints:
-        rows = [[j["name"], _g(j["transmission_stiffness"]), _g(j.get("transmission_stiffness_std"), ".2g"),
-                 _g(j.get("transmission_damping")), _g(j.get("transmission_damping_std"), ".2g"),
-                 _g(None if j.get("deflection_offset") is None else 1e3 * j["deflection_offset"], ".3g")]
-                for j in joints]
-        body.append(_table(["joint", "stiffness [N m/rad]", "std", "damping [N m s/rad]", "std",
-                            "encoder offset [mrad]"], rows))
+    body = [_table(TRANSMISSION_HEADER, rows)] if rows else []
     body.append(_list(notes, "note"))
     return _section("transmissions", "Transmissions (from both encoders)", body)
 
@@ -560,18 +554,9 @@ def _residual_section(document: dict) -> str:
         return ""
     if "error" in block:
         return _section("residual", "Residual model", [_p(f"None: {block['error']}")])
-    rows = []
-    for j in block["joints"]:
-        validation = j.get("validation_rmse")
-        without, with_model = (validation["without"], validation["with"]) if validation else (None, None)
-        change = f"{100 * (with_model / without - 1):+.1f}" if validation and without else "n/a"
-        rows.append([j["joint"], "yes" if j["applied"] else "no", str(j["components"]), _g(without, ".4g"),
-                     _g(with_model, ".4g"), change])
-    inputs = "q, dq" + (", deflection" if block.get("deflection") else "")
-    body = [_p(f"{block['kind']} in {block['file']}; inputs {inputs}: the torque the rigid-body fit leaves "
-               "unexplained, learnt per joint.", "note"),
-            _table(["joint", "applied", "components", "validation RMSE without [N m]", "with [N m]", "change [%]"],
-                   rows, text_columns=2),
+    body = [_p(f"{block['kind']} in {block['file']}; inputs per joint {', '.join(residual_input_kinds(block))}: "
+               "the torque the rigid-body fit leaves unexplained, learnt per joint.", "note"),
+            _table(RESIDUAL_HEADER, residual_rows(block), text_columns=2),
             _list([f"{j['joint']}: {j['reason']}" for j in block["joints"] if j.get("reason")], "note")]
     return _section("residual", "Residual model", body)
 

@@ -80,18 +80,44 @@ def _friction_lines(doc: dict) -> list:
     return ["", "Friction models"] + _table(["joint", "model", "parameters"], rows, left=3)
 
 
+TRANSMISSION_HEADER = ["joint", "stiffness [N m/rad]", "std", "damping [N m s/rad]", "std", "encoder offset [mrad]"]
+RESIDUAL_HEADER = ["joint", "applied", "components", "validation RMSE without [N m]", "with [N m]", "change [%]"]
+
+
+def transmission_rows(doc: dict) -> list:
+    """The cells (TRANSMISSION_HEADER) of each joint whose transmission params.json ``doc``
+    carries; none without both encoders. The text report and report.html both show them."""
+    return [[j["name"], _g(j["transmission_stiffness"]), _g(j.get("transmission_stiffness_std"), ".2g"),
+             _g(j.get("transmission_damping")), _g(j.get("transmission_damping_std"), ".2g"),
+             _g(None if j.get("deflection_offset") is None else 1e3 * j["deflection_offset"], ".3g")]
+            for j in doc["joints"] if "transmission_stiffness" in j]
+
+
+def residual_rows(block: dict) -> list:
+    """The cells (RESIDUAL_HEADER) of each joint of params.json's ``residual`` block: applied
+    or not, its components, the validation RMSE without and with the model and the change."""
+    rows = []
+    for j in block["joints"]:
+        validation = j.get("validation_rmse")
+        without, with_model = (validation["without"], validation["with"]) if validation else (None, None)
+        change = (f"{100 * (with_model / without - 1):+.1f}" if validation and without else "n/a")
+        rows.append([j["joint"], "yes" if j["applied"] else "no", str(j["components"]), _g(without, ".4g"),
+                     _g(with_model, ".4g"), change])
+    return rows
+
+
+def residual_input_kinds(block: dict) -> list:
+    """The kinds of input (q, dq, torque, deflection) the joints of a ``residual`` block take, in order."""
+    return list(dict.fromkeys(name.split(":", 1)[0] for j in block["joints"] for name in j.get("inputs", ())))
+
+
 def _transmission_lines(doc: dict) -> list:
     """Each joint's transmission, when the recording had both encoders."""
-    joints = [j for j in doc["joints"] if "transmission_stiffness" in j]
-    if not joints:
+    rows = transmission_rows(doc)
+    if not rows:
         return [] if not doc.get("transmission_notes") else ["", "Transmissions"] + [
             f"  {note}" for note in doc["transmission_notes"]]
-    rows = [[j["name"], _g(j["transmission_stiffness"]), _g(j["transmission_stiffness_std"], ".2g"),
-             _g(j["transmission_damping"]), _g(j["transmission_damping_std"], ".2g"),
-             _g(None if j["deflection_offset"] is None else 1e3 * j["deflection_offset"], ".3g")] for j in joints]
-    return (["", "Transmissions (from both encoders)"]
-            + _table(["joint", "stiffness [N m/rad]", "std", "damping [N m s/rad]", "std", "encoder offset [mrad]"],
-                     rows, left=1)
+    return (["", "Transmissions (from both encoders)"] + _table(TRANSMISSION_HEADER, rows, left=1)
             + [f"  {note}" for note in doc.get("transmission_notes") or []])
 
 
@@ -102,17 +128,9 @@ def _residual_lines(doc: dict) -> list:
         return []
     if "error" in block:
         return ["", f"Residual model: none ({block['error']})"]
-    rows = []
-    for j in block["joints"]:
-        validation = j.get("validation_rmse")
-        without, with_model = (validation["without"], validation["with"]) if validation else (None, None)
-        change = (f"{100 * (with_model / without - 1):+.1f}" if validation and without else "n/a")
-        rows.append([j["joint"], "yes" if j["applied"] else "no", str(j["components"]), _g(without, ".4g"),
-                     _g(with_model, ".4g"), change])
-    kinds = list(dict.fromkeys(name.split(":", 1)[0] for j in block["joints"] for name in j.get("inputs", ())))
-    return (["", f"Residual model ({block['kind']}, {block['file']}; inputs per joint: {', '.join(kinds)})"]
-            + _table(["joint", "applied", "components", "validation RMSE without [N m]", "with [N m]", "change [%]"],
-                     rows, left=2)
+    return (["", f"Residual model ({block['kind']}, {block['file']}; inputs per joint: "
+                 f"{', '.join(residual_input_kinds(block))})"]
+            + _table(RESIDUAL_HEADER, residual_rows(block), left=2)
             + [f"  {j['joint']}: {j['reason']}" for j in block["joints"] if j.get("reason")])
 
 
