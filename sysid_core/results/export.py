@@ -262,7 +262,8 @@ def params_document(result, robot, source: str, truth=None, payload_frame: str |
     }
     # each joint's friction law and all its parameters (the joints' coulomb_friction and
     # viscous_friction stay its Coulomb level and linear viscous coefficient)
-    doc["friction_models"] = {j: {"model": f.model.name, "parameters": {k: _num(v) for k, v in f.parameters.items()}}
+    doc["friction_models"] = {j: {"model": f.model.name, "parameters": {k: _num(v) for k, v in f.parameters.items()},
+                                  "smoothing": _num(f.smoothing)}
                               for j, f in zip(result.joint_names, _joint_frictions(result))}
     used = {k for entry in doc["friction_models"].values() for k in entry["parameters"]}
     doc["friction_parameter_units"] = {k: u for k, u in _FRICTION_UNITS.items() if k in used}
