@@ -23,9 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from ..dynamics import friction
+from ..dynamics.inertia import from_com_inertia, transform_parameters
 from ..dynamics.model import Robot, load_robot
 from ..errors import DataError
 from ..identification.residual import ResidualModel
+from ..results.payload import body_inertia, frame_pose
 
 # the files an identification writes beside params.json, in the order looked for
 UPDATED_MODELS = ("updated_model.xml", "updated_model.urdf")
@@ -43,7 +45,9 @@ class LiveModel:
     (None: none; one that needs the measured deflection is used only where ``motor_q`` is
     given); ``sigma`` (n,) N m the identification's validation RMSE per joint (its training
     RMSE when it had no validation; None for a nominal model); ``verdict`` the
-    identification's (None for a nominal model); ``source`` where it came from."""
+    identification's (None for a nominal model); ``source`` where it came from;
+    ``bare_terminal`` (10,) the terminal body without what the identification found bolted to it
+    (the model file's own link): a payload is the terminal body minus this (None: unknown)."""
 
     robot: Robot
     parameters: np.ndarray
@@ -55,6 +59,7 @@ class LiveModel:
     sigma: np.ndarray | None = None
     verdict: str | None = None
     source: str = ""
+    bare_terminal: np.ndarray | None = None
 
     @property
     def n_joints(self) -> int:
@@ -115,7 +120,8 @@ def live_model(robot: Robot, result, residual: ResidualModel | None = None, sour
     return LiveModel(robot, np.array(result.body_parameters, dtype=float), np.array(result.armature, dtype=float),
                      np.array(result.offset, dtype=float), np.array(stiffness, dtype=float), frictions, residual,
                      None if sigma is None else np.array(sigma, dtype=float),
-                     None if result.verdict is None else result.verdict.level, source)
+                     None if result.verdict is None else result.verdict.level, source,
+                     np.array(robot.nominal_parameters[robot.terminal_index], dtype=float))
 
 
 def nominal_live_model(robot: Robot, source: str = "") -> LiveModel:
@@ -125,7 +131,8 @@ def nominal_live_model(robot: Robot, source: str = "") -> LiveModel:
                       for c, v in zip(robot.frictionloss, robot.damping))
     return LiveModel(robot, np.array(robot.nominal_parameters, dtype=float), np.array(robot.armature, dtype=float),
                      np.zeros(robot.n_joints), np.array(robot.stiffness, dtype=float), frictions,
-                     source=source or str(robot.path or ""))
+                     source=source or str(robot.path or ""),
+                     bare_terminal=np.array(robot.nominal_parameters[robot.terminal_index], dtype=float))
 
 
 def _number(value, where: str) -> float:
@@ -183,7 +190,30 @@ def load_live_model(params_path, model=None, residual=True) -> LiveModel:
                                 f"{list(robot.joint_names)}")
     verdict = doc.get("verdict")
     return LiveModel(robot, parameters, armature, offset, stiffness, frictions, found, sigma,
-                     verdict if isinstance(verdict, str) else None, str(params_path))
+                     verdict if isinstance(verdict, str) else None, str(params_path),
+                     _bare_terminal(doc, robot, parameters[robot.terminal_index]))
+
+
+def _bare_terminal(doc: dict, robot: Robot, identified: np.ndarray) -> np.ndarray | None:
+    """The model's own terminal link of a params.json: the identified terminal body minus its
+    ``payload.added`` block (given at its centre of mass in ``payload.frame``); None when the
+    block has no centre of mass (the identification added no mass) or is missing."""
+    payload = doc.get("payload")
+    added = payload.get("added") if isinstance(payload, dict) else None
+    if not isinstance(added, dict) or added.get("center_of_mass") is None or added.get("inertia") is None:
+        return None
+    try:
+        i = added["inertia"]
+        inertia = np.array([[i["ixx"], i["ixy"], i["ixz"]], [i["ixy"], i["iyy"], i["iyz"]],
+                            [i["ixz"], i["iyz"], i["izz"]]], dtype=float)
+        theta = from_com_inertia(float(added["mass"]), np.array(added["center_of_mass"], dtype=float), inertia)
+    except (KeyError, TypeError, ValueError):
+        return None
+    frame = payload.get("frame") or robot.terminal_body
+    if frame != robot.terminal_body:
+        rotation, origin = frame_pose(robot, frame)  # the frame's pose in the terminal body's
+        theta = transform_parameters(theta, rotation, origin)
+    return identified - theta
 
 
 def _joint_friction(doc: dict, joint: str, entry: dict, where) -> friction.JointFriction:
@@ -202,3 +232,16 @@ def _joint_friction(doc: dict, joint: str, entry: dict, where) -> friction.Joint
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{where}: friction law of {joint}: {exc}") from None
     return friction.JointFriction(model, linear, nonlinear, float(law.get("smoothing", 0.0) or 0.0))
+
+
+def added_payload(model: LiveModel, theta, frame: str | None = None):
+    """The payload of a terminal body ``theta`` (10,): theta minus ``model.bare_terminal`` (theta
+    itself when that is unknown), as a results.payload.BodyInertia in ``frame`` (default the
+    terminal body's; else a link fixed to it, e.g. the flange a driver expects)."""
+    theta = np.asarray(theta, dtype=float)
+    added = theta if model.bare_terminal is None else theta - model.bare_terminal
+    frame = frame or model.robot.terminal_body
+    if frame != model.robot.terminal_body:
+        rotation, origin = frame_pose(model.robot, frame)
+        added = transform_parameters(added, rotation.T, -rotation.T @ origin)
+    return body_inertia(added, frame)
