@@ -67,6 +67,8 @@ setup(
             "identifier = sysid_ros.identifier:main",
             "sysid-sim-identify = sysid_ros.sim_identify:main",
             "damiao_bridge = sysid_ros.damiao_bridge:main",
+            "gravity_compensation = sysid_ros.gravity_compensation:main",
+            "model_monitor = sysid_ros.model_monitor:main",
         ],
     },
     zip_safe=True,

@@ -21,13 +21,22 @@ Every control period (``control_rate_hz``, steady clock) the node
    limits, v_des and t_ff to the motor's VMAX and TMAX) or damping only; while disabled, a
    state refresh.
 
+No position target: a joint whose commanded position is NaN is driven with kp = 0 (p_des the
+measured position, clamped to the joint limits: the motor ignores it) by its velocity target,
+with the ``kd`` parameter, and its effort feed-forward alone: this is how gravity compensation
+lets an arm float and be guided by hand (``gravity_compensation`` sends velocity 0 and the
+compensating torque). Its velocity and effort must be finite and no position infinite, or the
+whole message is ignored. Every other rule holds for it (timeout, faults, clamps, effort
+gains); ``max_position_error`` has no position to check.
+
 Safety (the rules live in sysid_core.damiao.supervisor). A joint is tracked only while its
 command is younger than ``command_timeout_s``, was received after tracking was last allowed
-(an enable, a clear), and lies within ``max_position_error`` of the measured position;
-otherwise its motor gets damping only: kp = 0, t_ff = 0, v_des = 0, its kd. Any status other
-than the one expected (a fault 0x8-0xE, an undefined code, "disabled" from a motor that
-should be enabled), silence for ``feedback_timeout_cycles`` cycles, or a request a motor did
-not complete is a fault: it is latched, logged once, reported on ``/diagnostics``, and until
+(an enable, a clear), and lies within ``max_position_error`` of the measured position (a
+command without a position target passes that check: ``tracked_joints``); otherwise its motor
+gets damping only: kp = 0, t_ff = 0, v_des = 0, its kd. Any status other than the one
+expected (a fault 0x8-0xE, an undefined code, "disabled" from a motor that should be enabled),
+silence for ``feedback_timeout_cycles`` cycles, or a request a motor did not complete is a
+fault: it is latched, logged once, reported on ``/diagnostics``, and until
 ``sysid/damiao/clear_errors`` clears it (clear error, then enable) no joint is tracked: a
 motor that reports "enabled" again by itself stays faulted. ``sysid/damiao/disable`` and
 ``sysid/damiao/enable`` switch all motors. The services never block the control loop: a
@@ -113,7 +122,7 @@ from sysid_core.damiao import protocol
 from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
 from sysid_core.damiao.dual_encoder import DualEncoderReader, bus_load
 from sysid_core.damiao.loop_record import LoopRecord
-from sysid_core.damiao.supervisor import CLEAR, DISABLE, ENABLE, Supervisor, screen_feedback
+from sysid_core.damiao.supervisor import CLEAR, DISABLE, ENABLE, Supervisor, screen_feedback, tracked_joints
 from sysid_core.errors import DataError
 from sysid_core.identification.actuator import CommandLog, EffortGains
 from sysid_ros.entry_point import spin_node
@@ -612,21 +621,17 @@ class DamiaoBridge(Node):
             self._log_count = min(self._log_count + 1, self._log_rows)
 
     def _commands(self, may_track: bool) -> list:
-        received = self._command_time
-        track = may_track & (received >= self._armed_at) & (time.monotonic() - received <= self._timeout)
-        if self._max_error > 0:
-            q_measured = self.arm.directions * self._feedback[0] + self.arm.position_offsets
-            target = np.minimum(np.maximum(self._command[0], self.arm.lower), self.arm.upper)
-            far = track & (np.abs(target - q_measured) > self._max_error)
-            if far.any():
-                self._warn('far', "commands more than max_position_error "
-                           f"{self._max_error:g} rad from the measured position are not tracked: "
-                           f"{[self.arm.joint_names[j] for j in np.flatnonzero(far)]}")
-                track &= ~far
+        q_measured = self.arm.directions * self._feedback[0] + self.arm.position_offsets
+        track, far = tracked_joints(may_track, self._command_time, self._armed_at, time.monotonic(), self._timeout,
+                                    self._command[0], q_measured, self.arm.lower, self.arm.upper, self._max_error)
+        if far.any():
+            self._warn('far', "commands more than max_position_error "
+                       f"{self._max_error:g} rad from the measured position are not tracked: "
+                       f"{[self.arm.joint_names[j] for j in np.flatnonzero(far)]}")
         self.tracking = track
         # the motor applies gain x what it is sent: send tau / gain to get tau
         commands, clamped = self.arm.commands(self._command[0], self._command[1],
-                                              self._command[2] / self.effort_gains, track)
+                                              self._command[2] / self.effort_gains, track, q_measured)
         if clamped.any():
             self.clamped += int(clamped.sum())
             self._warn('clamp', f"commands clamped to the joint or motor limits: "
@@ -661,8 +666,10 @@ class DamiaoBridge(Node):
             values[1] = np.asarray(msg.velocity)[index]
         if len(msg.effort):
             values[2] = np.asarray(msg.effort)[index]
-        if not np.all(np.isfinite(values)):
-            self._warn('command', "joint_command with NaN or infinite values ignored")
+        # a NaN position is a joint without a position target (kp 0); anything else must be finite
+        if not (np.all(np.isfinite(values[1:])) and not np.any(np.isinf(values[0]))):
+            self._warn('command', "joint_command with an infinite position, or a NaN or infinite velocity or "
+                       "effort, ignored (a NaN position means no position target)")
             return
         self._command[:, joints] = values
         self._command_time[joints] = time.monotonic()
@@ -811,7 +818,8 @@ class DamiaoBridge(Node):
                 level, message = DiagnosticStatus.ERROR, "no feedback"
             elif status == protocol.STATUS_ENABLED:
                 level = DiagnosticStatus.OK
-                message = "tracking" if self.tracking[j] else "enabled, damping only (no fresh command)"
+                message = ("enabled, damping only (no fresh command)" if not self.tracking[j] else
+                           "floating (no position target: kp 0)" if math.isnan(self._command[0, j]) else "tracking")
             else:
                 level = DiagnosticStatus.WARN if self.enabled else DiagnosticStatus.OK
                 message = "no feedback yet" if status < 0 else protocol.status_text(status)

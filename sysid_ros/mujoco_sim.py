@@ -13,7 +13,11 @@ bridge does; before its first command a joint holds the initial pose.
 Commands:
 
 - ``sysid/joint_command`` (sensor_msgs/JointState): q_des, dq_des, feed-forward tau_ff for the
-  named joints (partial commands allowed), held until the next one.
+  named joints (partial commands allowed), held until the next one. A NaN position is no
+  position target, as on the Damiao bridge: the joint gets no position term (kp 0 in MIT mode,
+  no position feedback under computed torque) and is driven by its velocity target (kd) and
+  feed-forward alone, so a gravity-compensated arm floats; velocity and effort must be finite
+  and no position infinite, or the message is ignored.
 - ``sysid/joint_trajectory`` (trajectory_msgs/JointTrajectory): a plan sent ahead, every joint,
   positions, velocities, accelerations and effort (the feed-forward) per point, times from
   ``header.stamp`` on the simulated clock (0: from receipt). Each period samples it as a
@@ -284,7 +288,8 @@ class MujocoSim(Node):
     def _command_arrays(self, msg: JointState):
         """(joint indices, q_des, dq_des, tau_ff) of a command's known joints, or None if unusable.
 
-        Empty velocity or effort mean zero; unknown joint names are ignored with a warning.
+        Empty velocity or effort mean zero; unknown joint names are ignored with a warning; a
+        NaN position is kept (no position target).
         """
         if self.error is not None:
             return None
@@ -302,8 +307,10 @@ class MujocoSim(Node):
                 f'simulated joints are {list(self.joint_names)}', throttle_duration_sec=WARN_PERIOD_S)
         values = [np.asarray(v, dtype=float)[known] if len(v) else np.zeros(known.sum())
                   for v in (msg.position, msg.velocity, msg.effort)]
-        if not all(np.all(np.isfinite(v)) for v in values):
-            self.get_logger().warning('ignoring a joint command with NaN or infinite values',
+        # a NaN position is a joint without a position target; anything else must be finite
+        if np.any(np.isinf(values[0])) or not all(np.all(np.isfinite(v)) for v in values[1:]):
+            self.get_logger().warning('ignoring a joint command with an infinite position, or a NaN or infinite '
+                                      'velocity or effort (a NaN position means no position target)',
                                       throttle_duration_sec=WARN_PERIOD_S)
             return None
         return (index[known], *values)

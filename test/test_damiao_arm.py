@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from sysid_core.damiao.arm import DamiaoArm, registers_to_limits
-from sysid_core.damiao.protocol import MotorLimits, decode_mit, encode_mit, motor_limits, resolution
+from sysid_core.damiao.protocol import MotorLimits, decode_mit, encode_mit, motor_limits, resolution, unpack_mit_raw
 
 LAYOUT = dict(joint_names=["j1", "j2", "j3"], motor_types=["DM8009", "DM4340", "DM4310"],
               can_ids=[1, 2, 3], master_ids=[0x11, 0x12, 0x13], kp=[100.0, 50.0, 10.0], kd=[2.0, 1.0, 0.5],
@@ -89,3 +89,49 @@ def test_joints_not_tracked_get_damping_only():
         assert (c.kp, c.velocity, c.torque, c.kd) == (0.0, 0.0, 0.0, kd)
     assert (commands[2].kp, commands[2].kd) == (10.0, 0.5)
     assert not clamped.any()
+
+
+def test_a_joint_without_position_target_gets_kp_zero_and_its_measured_position():
+    a = arm(directions=[1, -1, 1], position_offsets=[0.0, 0.3, 0.0])
+    nan = float("nan")
+    q_measured = np.array([0.4, 1.0, 5.0])           # joint 3 measured beyond its upper limit 1.6
+    commands, clamped = a.commands(np.array([nan, 1.2, nan]), np.array([0.0, 0.0, 50.0]),
+                                   np.array([2.0, 1.0, -30.0]), np.ones(3, dtype=bool), q_measured)
+    frames = [encode_mit(c, lim) for c, lim in zip(commands, a.limits)]
+    raw_kp = [unpack_mit_raw(f)[2] for f in frames]
+    assert raw_kp[0] == 0 and raw_kp[2] == 0 and raw_kp[1] > 0     # kp bytes zero without a target
+    # p_des: the measured position clamped to the joint range, motor side (direction, offset)
+    assert commands[0].position == 0.4 and commands[2].position == 1.6
+    assert commands[1].position == pytest.approx(-(1.2 - 0.3)) and commands[1].kp == 50.0
+    assert [c.kd for c in commands] == LAYOUT["kd"]
+    # velocity and torque clamped as a tracked joint's; the position beyond the range is not a clamp
+    decoded = decode_mit(frames[2], a.limits[2])
+    assert commands[2].velocity == 30.0 and decoded.velocity == 30.0 and decoded.torque == -10.0
+    np.testing.assert_array_equal(clamped, [False, False, True])
+    # no measured position: the middle of the range
+    commands, _ = a.commands(np.array([nan, nan, nan]), np.zeros(3), np.zeros(3), np.ones(3, dtype=bool))
+    np.testing.assert_allclose([c.position for c in commands], [0.75, -(1.3 - 0.3), 0.0])
+    # not tracked: damping only, NaN or not
+    commands, _ = a.commands(np.array([nan, nan, nan]), np.ones(3), np.ones(3), np.zeros(3, dtype=bool), q_measured)
+    assert all((c.kp, c.velocity, c.torque) == (0.0, 0.0, 0.0) for c in commands)
+
+
+@pytest.mark.parametrize("motor", ["DM8009", "DM4340", "DM4310"])
+def test_a_floating_joint_gets_the_torque_asked_at_rest_despite_the_frame_truncation(motor):
+    """The motor's law T = kp (p - q) + kd (v_des - dq) + t_ff, from the frame's bytes (the
+    codec), at rest: the torque asked within half a step of the 12-bit torque field, where the
+    truncated fields alone would leave up to a step of t_ff and kd x half a velocity step."""
+    a = DamiaoArm.build(["j"], [motor], [1], [0x11], [0.0], [4.5], [-1.0], [1.0])
+    lim = a.limits[0]
+    step = resolution(-lim.tmax, lim.tmax, 12)
+    asked = np.linspace(-0.9 * lim.tmax, 0.9 * lim.tmax, 301)
+    applied = []
+    for tau in asked:
+        commands, _ = a.commands(np.array([np.nan]), np.zeros(1), np.array([tau]), np.ones(1, dtype=bool),
+                                 np.zeros(1))
+        f = decode_mit(encode_mit(commands[0], lim), lim)
+        applied.append(f.kp * (f.position - 0.0) + f.kd * (f.velocity - 0.0) + f.torque)
+    error = np.array(applied) - asked
+    assert np.abs(error).max() <= 0.5 * step + 1e-9
+    # the truncation's bias is gone: errors on both sides, centred
+    assert error.min() < 0 < error.max() and abs(error.mean()) < 0.1 * step

@@ -286,6 +286,69 @@ def test_commands_far_from_the_arm_are_not_tracked(rig):
     assert abs(r.arm.q[0]) < 0.01
 
 
+NAN = float("nan")
+
+
+def test_a_command_without_position_target_gets_kp_zero_and_drives_velocity_and_feed_forward(rig):
+    r = rig(max_position_error=0.3)
+    since, start = time.monotonic(), r.arm.q
+    # joint1: no position target, 0.5 rad/s (kd alone brings it to that speed); joint2: no
+    # position target, a feed-forward torque
+    command = (["joint1", "joint2"], [NAN, NAN], [0.5, 0.0], [0.0, 0.05])
+    assert r.spin(until=lambda: (r.command(*command), r.bridge.tracking.all())[1])
+    moving_at = r.arm.sim_time
+    assert r.spin(until=lambda: (r.command(*command), r.arm.sim_time >= moving_at + 1.0)[1], limit=120.0)
+    # tracked all along, though joint1 went farther than max_position_error: no position to check
+    assert r.bridge.tracking.all() and r.arm.q[0] - start[0] > 0.3
+    for j, can_id in enumerate((1, 2)):
+        limits = r.arm.limits(can_id)
+        q_step, _, t_step = quantum(limits)
+        mit = [data for t, arb, data, _ in r.frames if arb == can_id and t >= since and data[:7] != b"\xff" * 7]
+        # the kp bytes are zero in every frame (damping only before the command reached the bridge)
+        assert len(mit) > 100 and all(protocol.unpack_mit_raw(d)[2] == 0 for d in mit)
+        # the frames that carry the command: the motor's law at rest, kd v_des + t_ff, is the
+        # one asked within half a torque step (the bridge corrects t_ff for the frame's truncation)
+        decoded = [decode_mit(d, limits) for d in mit]
+        commanded = [f for f in decoded if abs(f.kd * (f.velocity - command[2][j]) + f.torque - command[3][j])
+                     <= 0.5 * t_step + 1e-9]
+        assert len(commanded) > 50
+        # their position target is the measured position, inside the joint range: it follows the joint
+        positions = np.array([f.position for f in commanded])
+        assert np.all((positions >= LAYOUT["joint_lower_limits"][j]) & (positions <= LAYOUT["joint_upper_limits"][j]))
+        if j == 0:
+            assert np.all(np.diff(positions) >= -q_step) and positions[-1] - positions[0] > 0.3
+
+
+@pytest.mark.parametrize("position, velocity, effort", [
+    ([NAN, NAN], [NAN, 0.0], [0.0, 0.0]),
+    ([NAN, NAN], [0.0, 0.0], [0.0, float("inf")]),
+    ([float("inf"), 0.0], [0.0, 0.0], [0.0, 0.0]),
+])
+def test_a_nan_velocity_or_effort_or_an_infinite_position_is_refused(rig, position, velocity, effort):
+    r = rig()
+    since = time.monotonic()
+    first = len(r.frames)
+
+    def enough():
+        r.command(["joint1", "joint2"], position, velocity, effort)
+        sent = [arb for _, arb, _, _ in r.frames[first:]]
+        return sent.count(1) >= 30 and sent.count(2) >= 30
+    assert r.spin(until=enough)
+    assert not r.bridge.tracking.any()
+    assert damping_only(r, 1, since) and damping_only(r, 2, since)
+
+
+def test_a_stale_command_without_position_target_falls_back_to_damping_only(rig):
+    r = rig()
+    r.command(["joint1", "joint2"], [NAN, NAN], [0.0, 0.0], [0.1, 0.05])
+    assert r.spin(until=lambda: r.bridge.tracking.all())
+    # no further command: after command_timeout_s, damping only (no feed-forward any more)
+    assert r.spin(until=lambda: not r.bridge.tracking.any())
+    stopped = time.monotonic()
+    assert r.spin(until=lambda: min(len(r.mit_frames(c, stopped)) for c in (1, 2)) >= 25)
+    assert damping_only(r, 1, stopped) and damping_only(r, 2, stopped)
+
+
 @pytest.mark.parametrize("status", sorted(protocol.FAULT_STATUSES))
 def test_a_fault_stops_tracking_is_reported_and_cleared_only_on_request(rig, status):
     r = rig()

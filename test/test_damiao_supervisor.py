@@ -11,7 +11,7 @@ import pytest
 from sysid_core.damiao import protocol as dm
 from sysid_core.damiao.protocol import Feedback, encode_feedback, motor_limits, resolution
 from sysid_core.damiao.supervisor import (CLEAR, DISABLE, ENABLE, FEEDBACK_LATENCY_S, Supervisor,
-                                          screen_feedback)
+                                          screen_feedback, tracked_joints)
 
 NAMES = ("joint1", "joint2", "joint3")
 CYCLES = 5
@@ -219,3 +219,38 @@ def test_random_frames_pass_the_screen_rarely():
                  for row in junk)
     # nibble 1/16 times a 2 * 1.56 rad window out of 25 rad: about 0.8 %
     assert passed / len(junk) < 1 / 16 * (2 * LIMITS.vmax * 0.052 / 25.0) * 1.5
+
+
+# --- which joints follow their command --------------------------------------------------------
+
+LOWER, UPPER = np.array([-1.0, -1.0, -1.0]), np.array([1.0, 1.0, 1.0])
+
+
+def tracked(q_command, q_measured=(0.0, 0.0, 0.0), received=(9.95, 9.95, 9.95), may_track=True, armed_at=5.0,
+            now=10.0, timeout=0.1, max_error=0.3):
+    return tracked_joints(may_track, np.array(received), armed_at, now, timeout, np.array(q_command, dtype=float),
+                          np.array(q_measured), LOWER, UPPER, max_error)
+
+
+def test_a_command_without_position_target_is_never_too_far():
+    nan = np.nan
+    # joint 1 commanded 0.5 rad away: too far; joints 2 and 3 have no position target, however
+    # far the arm is from anything (joint 3 measured beyond its limit)
+    track, far = tracked([0.5, nan, nan], q_measured=[0.0, 0.9, 3.0])
+    np.testing.assert_array_equal(track, [False, True, True])
+    np.testing.assert_array_equal(far, [True, False, False])
+    # the target is clamped to the limits before the comparison
+    track, far = tracked([5.0, 5.0, nan], q_measured=[0.8, 0.5, 0.0])
+    np.testing.assert_array_equal(track, [True, False, True])
+    # no check at all with max_error 0
+    assert tracked([5.0, nan, 0.0], max_error=0.0)[0].all()
+
+
+def test_a_command_without_position_target_goes_stale_and_waits_for_tracking_like_any():
+    nan = np.nan
+    # older than the timeout, received before tracking was allowed, never received
+    track, far = tracked([nan, nan, nan], received=(9.85, 4.9, -np.inf))
+    assert not track.any() and not far.any()
+    # tracking not allowed (a fault, a request): nothing, NaN or not
+    assert not tracked([nan, 0.0, nan], may_track=False)[0].any()
+    assert tracked([nan, 0.0, nan])[0].all()

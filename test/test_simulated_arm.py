@@ -1,5 +1,6 @@
 """The arm a simulator node drives (sysid_core.simulation.simulated_arm), checked against itself
 run the streamed way, period by period, and against the watchdog's rule in simulated time."""
+import mujoco
 import numpy as np
 import pytest
 
@@ -107,3 +108,54 @@ def test_measurement_noise_is_applied_to_the_block(robot):
     block = noisy.advance(200)
     np.testing.assert_allclose(block.q / 1e-3, np.round(block.q / 1e-3), atol=1e-9)  # quantised
     assert np.std(block.tau - _arm(robot).advance(200).tau) > 0  # noisy torque
+
+
+def _gravity(robot, q) -> np.ndarray:
+    """MuJoCo's gravity torque (n,) N m of the arm at q (its bias force at rest)."""
+    data = mujoco.MjData(robot.model)
+    data.qpos[:] = q
+    mujoco.mj_forward(robot.model, data)
+    return data.qfrc_bias.copy()
+
+
+@pytest.mark.parametrize("gains", ["mit", "computed torque"])
+def test_a_command_without_position_target_floats_the_joint_on_its_feed_forward(robot, gains):
+    """A NaN position: the law has no position term, so the arm, fed its exact gravity torque,
+    stays where it is whatever kp, while a position target 0.1 rad away pulls it there."""
+    n = robot.n_joints
+    q0 = np.array([0.5, 0.4, 0.2, 1.0, 0.1, 0.3, 0.0])
+    kwargs = {} if gains != "mit" else dict(kp=np.full(n, 50.0), kd=np.full(n, 1.0))
+    # one command for the whole half second: a timeout beyond it
+    floating, pulled = (_arm(robot, initial_positions=q0, command_timeout_s=1.0, **kwargs) for _ in range(2))
+    everything = np.arange(n)
+    gravity = _gravity(robot, q0)
+    floating.command(everything, np.full(n, np.nan), np.zeros(n), gravity)
+    pulled.command(everything, q0 + 0.1, np.zeros(n), gravity)
+    held, moved = floating.advance(500), pulled.advance(500)
+    # the plant is the model itself, noise off: the exact gravity torque holds it to rounding
+    assert np.abs(held.q - q0).max() < 1e-9 and not floating.stale.any()
+    assert np.all(np.abs(moved.q[-1] - q0 - 0.1) < 0.05)
+    if gains == "mit":   # the torque reported is the feed-forward and kd's term alone
+        np.testing.assert_allclose(held.tau, gravity - 1.0 * held.dq, atol=1e-12)
+
+
+def test_a_stale_command_without_position_target_falls_back_to_damping_only(robot):
+    n = robot.n_joints
+    arm = _arm(robot, kp=np.full(n, 50.0), kd=np.full(n, 1.0), command_timeout_s=0.02)
+    arm.command(np.arange(n), np.full(n, np.nan), np.zeros(n), np.full(n, 0.3))
+    block = arm.advance(20)
+    assert not arm.stale.any() and np.any(block.tau != -1.0 * block.dq)
+    block = arm.advance(10)
+    # beyond the timeout: no feed-forward, no position term, damping alone
+    assert arm.stale.all()
+    np.testing.assert_allclose(block.tau[-1], -1.0 * block.dq[-1], atol=1e-12)
+
+
+def test_a_nan_velocity_or_effort_or_an_infinite_position_is_refused(robot):
+    n = robot.n_joints
+    arm = _arm(robot)
+    for q, dq, tau in ((np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)),
+                       (np.full(n, np.nan), np.zeros(n), np.full(n, np.inf)),
+                       (np.full(n, np.inf), np.zeros(n), np.zeros(n))):
+        with pytest.raises(ValueError, match="finite"):
+            arm.command(np.arange(n), q, dq, tau)

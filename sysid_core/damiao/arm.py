@@ -3,7 +3,9 @@
 The bridge node holds one ``DamiaoArm`` and calls it every control cycle. Everything that
 decides what reaches a motor lives here, free of ROS and of the bus, so it can be tested
 alone: which id drives which joint, the sign and offset between joint and motor, and the
-clamping of every commanded value to the joint's and the motor's limits.
+clamping of every commanded value to the joint's and the motor's limits, and the joints
+commanded without a position target (q_des NaN: kp = 0, driven by their velocity target and
+feed-forward alone, as a gravity-compensated arm that floats or is guided by hand).
 
 Conventions: joint position q = direction * motor position + position_offset (rad, or m for
 a slide), so motor position = direction * (q - position_offset); velocities and torques
@@ -17,7 +19,8 @@ from functools import cached_property
 
 import numpy as np
 
-from .protocol import KD_MAX, KP_MAX, MANAGEMENT_ID, MitCommand, MotorLimits, motor_limits
+from .protocol import (KD_BITS, KD_MAX, KD_MIN, KP_MAX, MANAGEMENT_ID, TORQUE_BITS, VELOCITY_BITS, MitCommand,
+                       MotorLimits, float_to_uint, motor_limits, resolution, uint_to_float)
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,29 +149,65 @@ class DamiaoArm:
                 self.directions * np.asarray(velocity, dtype=float),
                 self.directions * np.asarray(torque, dtype=float))
 
-    def commands(self, q_des, dq_des, tau_ff, track) -> tuple[list, np.ndarray]:
+    def commands(self, q_des, dq_des, tau_ff, track, q_measured=None) -> tuple[list, np.ndarray]:
         """MIT commands for every motor, and which joints had a value clamped.
 
         q_des, dq_des, tau_ff: (n,) joint-side rad, rad/s, N m; track: (n,) bool. Tracking
         joints get q_des clamped to [lower, upper], dq_des and tau_ff clamped to the motor's
-        VMAX and TMAX, and the gains kp, kd. The others get damping only: kp = 0, v = 0,
-        t_ff = 0 and their kd, whatever q_des holds (it may be NaN for a joint never commanded).
-        Returns (list of n MitCommand in motor units, clamped (n,) bool).
+        VMAX and TMAX, and the gains kp, kd. A tracking joint whose q_des is NaN has no position
+        target: kp = 0 and p_des = ``q_measured`` (n,) rad clamped to [lower, upper] (the middle
+        of the range without it; with kp 0 the motor ignores it, but the frame and the command
+        log carry a position the joint can have), driven by its velocity target (kd) and its
+        feed-forward alone, which are clamped as a tracking joint's (its t_ff then corrected
+        for the frame's truncation: ``_unbiased_torque``). The others get damping only: kp = 0,
+        v = 0, t_ff = 0 and their kd, whatever q_des holds (it may be NaN for a joint never
+        commanded). Returns (list of n MitCommand in motor units, clamped (n,) bool; for a joint
+        without a position target only a clamped velocity or torque counts).
         """
         track = np.asarray(track, dtype=bool)
+        q_des = np.asarray(q_des, dtype=float)
         vmax, tmax = self._motor_ranges
-        q = np.where(track, q_des, 0.0)
+        free = track & np.isnan(q_des)
+        positioned = track & ~free
+        if free.any():
+            middle = 0.5 * (self.lower + self.upper)
+            at = middle if q_measured is None else np.asarray(q_measured, dtype=float)
+            at = np.where(np.isfinite(at), at, middle)
+            q = np.where(positioned, q_des, np.where(free, at, 0.0))
+        else:
+            q = np.where(track, q_des, 0.0)
         dq = self.directions * np.where(track, dq_des, 0.0)
         tau = self.directions * np.where(track, tau_ff, 0.0)
         # minimum/maximum: np.clip costs several microseconds on arrays this small (every cycle)
         q_clamped = np.minimum(np.maximum(q, self.lower), self.upper)
         v = np.minimum(np.maximum(dq, -vmax), vmax)
         t = np.minimum(np.maximum(tau, -tmax), tmax)
-        clamped = track & ((q_clamped != q) | (v != dq) | (t != tau))
-        kp = np.where(track, self.kp, 0.0)
+        clamped = (positioned & (q_clamped != q)) | (track & ((v != dq) | (t != tau)))
+        kp = np.where(positioned, self.kp, 0.0)
         p = np.where(track, self.directions * (q_clamped - self.position_offsets), 0.0)
+        if free.any():
+            t = self._unbiased_torque(t, v, free)
         return [MitCommand(*fields) for fields in zip(p.tolist(), v.tolist(), kp.tolist(), self.kd.tolist(),
                                                       t.tolist())], clamped
+
+    def _unbiased_torque(self, t: np.ndarray, v: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """t_ff (n,) motor side for the joints of ``free``, corrected for the frame's truncation.
+
+        A joint without a position target is held by the torque alone, and the frame's 12-bit
+        fields are truncated: the motor decodes t_ff up to a step below what was sent, and a
+        velocity target of zero (not on the grid) as half a step below it, which kd turns into
+        a constant push (4.5 N m s/rad x 0.011 rad/s = 0.05 N m on a DM8009), enough for the arm
+        to creep where the model is right. t_ff is raised by kd (v - v as decoded) and half a
+        torque step, so the torque at rest is the one asked within half a step."""
+        t = t.copy()
+        for j in np.flatnonzero(free):
+            lim = self.limits[j]
+            v_decoded = uint_to_float(float_to_uint(v[j], -lim.vmax, lim.vmax, VELOCITY_BITS),
+                                      -lim.vmax, lim.vmax, VELOCITY_BITS)
+            kd = uint_to_float(float_to_uint(self.kd[j], KD_MIN, KD_MAX, KD_BITS), KD_MIN, KD_MAX, KD_BITS)
+            step = resolution(-lim.tmax, lim.tmax, TORQUE_BITS)
+            t[j] = min(max(t[j] + kd * (v[j] - v_decoded) + 0.5 * step, -lim.tmax), lim.tmax)
+        return t
 
     @cached_property
     def _motor_ranges(self) -> tuple:

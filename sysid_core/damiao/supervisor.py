@@ -17,9 +17,18 @@ Rules:
   (``lost``); by a request the motor did not complete. Only a CLEAR request removes it, joint by
   joint, once the motor answered the clear error frame and, the arm being enabled, confirmed a
   new enable. A motor that reports "enabled" again by itself stays faulted.
-* **Tracking** (kp > 0 on any joint) is allowed (``may_track``) only while the arm is enabled,
-  no request runs, no fault is latched anywhere and every motor confirmed its enable: one limp
-  joint in a stiff arm swings the rest unpredictably.
+* **Tracking** (a joint following its command: kp > 0 toward its position target, or, for a
+  joint commanded without one, its velocity target and feed-forward with kp = 0) is allowed
+  (``may_track``) only while the arm is enabled, no request runs, no fault is latched anywhere
+  and every motor confirmed its enable: one limp joint in a stiff arm swings the rest
+  unpredictably, and a feed-forward meant for the whole arm (gravity compensation) is wrong
+  for an arm with a limp joint.
+* **Which joints track** (``tracked_joints``, each cycle): those whose command is younger than
+  the command timeout and arrived after tracking was last allowed, and, when a command has a
+  position target, lies within the largest position error of the measured position. A
+  command's position may be NaN: no position target (the joint floats, kp = 0, on its velocity
+  target and feed-forward); it has no position to be far from. Every other joint gets damping
+  only.
 * **Requests.** ENABLE (every motor; refused while a fault is latched or a request runs),
   DISABLE (every motor; interrupts a running request: it must always get through), CLEAR (the
   faulted motors: clear error, then enable if the arm is enabled). A request sends its frame
@@ -258,6 +267,29 @@ class Supervisor:
         request.done = True
         if self.request is request:
             self.request = None
+
+
+def tracked_joints(may_track: bool, received, armed_at: float, now: float, timeout: float, q_command, q_measured,
+                   lower, upper, max_error: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which joints follow their command this cycle (the rest get damping only).
+
+    ``may_track`` (``Supervisor.may_track``); ``received`` (n,) s when each joint's command
+    arrived (-inf: never); ``armed_at`` s when tracking was last allowed (commands received
+    before are stale); ``now`` s on the same clock; ``timeout`` s a command is followed for;
+    ``q_command`` (n,) rad the commanded positions (NaN: no position target); ``q_measured``
+    (n,) rad; ``lower``/``upper`` (n,) rad the joint limits a target is clamped to;
+    ``max_error`` rad the largest distance between a (clamped) target and the measured position
+    that is tracked (0: no check). Returns (tracked (n,) bool, far (n,) bool: fresh commands
+    not tracked for being farther than ``max_error``)."""
+    tracked = may_track & (np.asarray(received) >= armed_at) & (now - np.asarray(received) <= timeout)
+    if max_error <= 0:
+        return tracked, np.zeros_like(tracked)
+    q_command = np.asarray(q_command, dtype=float)
+    target = ~np.isnan(q_command)
+    # a joint without a position target is compared with itself: never far
+    goal = np.minimum(np.maximum(np.where(target, q_command, q_measured), lower), upper)
+    far = tracked & target & (np.abs(goal - q_measured) > max_error)
+    return tracked & ~far, far
 
 
 # --- believing a feedback frame -----------------------------------------------------------

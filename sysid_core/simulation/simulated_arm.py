@@ -9,7 +9,11 @@ period. The law: with ``kp`` and ``kd`` the MIT mode of the drives, tau = kp (q_
 ``ComputedTorque.feedback_torque`` (stable on any arm). A joint whose command is older than
 ``command_timeout_s`` of simulated time falls back to damping only (q_des = q, dq_des = 0, no
 feed-forward), as the Damiao bridge does; before its first command a joint holds the initial
-pose with the law and no feed-forward. A preview commands every joint at each period it
+pose with the law and no feed-forward. A streamed command whose position is NaN has no position
+target (as the Damiao bridge reads it): each period that joint's q_des is its own measured
+position, so the law's position term vanishes (kp's in MIT mode, the position feedback under
+computed torque) and the joint is driven by its velocity target and feed-forward alone; the
+watchdog treats it like any command. A preview commands every joint at each period it
 covers; after its last knot the arm holds that knot, and the hold ages like a streamed
 command from there.
 
@@ -139,8 +143,12 @@ class SimulatedArm:
         return (self.periods + 1) * self.period_ns
 
     def command(self, joints: np.ndarray, q_des, dq_des, tau_ff) -> None:
-        """A streamed command for the joints ``joints`` (k,) indices: q_des rad, dq_des rad/s,
-        tau_ff N m, (k,) each, in force from the next period; it ends a preview."""
+        """A streamed command for the joints ``joints`` (k,) indices: q_des rad (NaN: no position
+        target), dq_des rad/s, tau_ff N m, (k,) each, in force from the next period; it ends a
+        preview. ValueError for an infinite q_des or a non-finite dq_des or tau_ff."""
+        q_des, dq_des, tau_ff = (np.asarray(a, dtype=float) for a in (q_des, dq_des, tau_ff))
+        if np.any(np.isinf(q_des)) or not (np.all(np.isfinite(dq_des)) and np.all(np.isfinite(tau_ff))):
+            raise ValueError("a command's position must be finite or NaN (no target), its velocity and effort finite")
         if self._preview is not None:
             self._hold_preview_at(self.next_stamp_ns - self.period_ns)
         self._q_des[joints], self._dq_des[joints], self._tau_ff[joints] = q_des, dq_des, tau_ff
@@ -195,16 +203,19 @@ class SimulatedArm:
         q_des, dq_des, tau_ff, commanded_at = self._targets(stamps)
         stale = (commanded_at >= 0) & (stamps[:, None] - commanded_at > self._timeout_ns)
         any_stale = stale.any(axis=1)
+        free = np.isnan(q_des)
+        any_free = free.any(axis=1)
         q_out, dq_out, tau_out = (np.empty((count, self.n_joints)) for _ in range(3))
         motor_out = None if self.elastic is None else np.empty((count, self.n_joints))
         done = 0
         with mujoco_warnings() as messages:
             for k in range(count):
                 if motor_out is None:
-                    failure = self._period(k, q_out, dq_out, tau_out, q_des, dq_des, tau_ff, stale, any_stale)
+                    failure = self._period(k, q_out, dq_out, tau_out, q_des, dq_des, tau_ff, stale, any_stale, free,
+                                           any_free)
                 else:
                     failure = self._elastic_period(k, q_out, dq_out, tau_out, motor_out, q_des, dq_des, tau_ff,
-                                                   stale, any_stale)
+                                                   stale, any_stale, free, any_free)
                 done = k + 1
                 if failure is not None:
                     self.error = f"{failure} (MuJoCo: {' '.join(messages) or 'bad state'})"
@@ -220,7 +231,8 @@ class SimulatedArm:
                           None if motor_out is None else measure(motor_out[:done], noise.q_std, noise.q_resolution,
                                                                  rng))
 
-    def _period(self, k, q_out, dq_out, tau_out, q_des, dq_des, tau_ff, stale, any_stale) -> str | None:
+    def _period(self, k, q_out, dq_out, tau_out, q_des, dq_des, tau_ff, stale, any_stale, free,
+                any_free) -> str | None:
         """Period ``k`` of a rigid arm: its sample into row k of the outputs, the law's torque held
         over the period's MuJoCo steps. Returns what went wrong, or None."""
         qpos, qvel = self._data.qpos, self._data.qvel
@@ -228,6 +240,9 @@ class SimulatedArm:
         if any_stale[k]:  # damping only: no position error, no velocity target, no feed-forward
             s = stale[k]
             q_des[k, s], dq_des[k, s], tau_ff[k, s] = qpos[s], 0.0, 0.0
+        if any_free[k]:  # no position target: no position error
+            f = free[k]
+            q_des[k, f] = qpos[f]
         tau_out[k] = self._control(q_out[k], dq_out[k], q_des[k], dq_des[k], tau_ff[k])
         try:
             step(self._model, self._data, tau_out[k], self.timing.substeps)
@@ -236,7 +251,7 @@ class SimulatedArm:
         return None
 
     def _elastic_period(self, k, q_out, dq_out, tau_out, motor_out, q_des, dq_des, tau_ff, stale,
-                        any_stale) -> str | None:
+                        any_stale, free, any_free) -> str | None:
         """Period ``k`` of an elastic arm: the link side's and the motor side's sample into row k
         of the outputs, the MIT law on the rotor evaluated at every MuJoCo step. Returns what went
         wrong, or None."""
@@ -246,10 +261,14 @@ class SimulatedArm:
         if any_stale[k]:  # damping only, on the motor side
             s = stale[k]
             q_des[k, s], dq_des[k, s], tau_ff[k, s] = motor_out[k, s], 0.0, 0.0
+        free_k = free[k] if any_free[k] else None   # no position target: the rotor's position at every step
+        if free_k is not None:
+            q_des[k, free_k] = motor_out[k, free_k]
         counts = data.warning.number
         for sub in range(self.timing.substeps):
-            drive = mit_torque(qpos[plant.rotor_qpos], qvel[plant.rotor_dof], q_des[k], dq_des[k], tau_ff[k],
-                               self.kp, self.kd)
+            rotor = qpos[plant.rotor_qpos]
+            target = q_des[k] if free_k is None else np.where(free_k, rotor, q_des[k])
+            drive = mit_torque(rotor, qvel[plant.rotor_dof], target, dq_des[k], tau_ff[k], self.kp, self.kd)
             if sub == 0:
                 tau_out[k] = drive
             if self._gearbox is not None:
