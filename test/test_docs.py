@@ -104,7 +104,7 @@ def test_every_console_script_with_a_parser_is_covered():
     """setup.py's console scripts: the argparse ones are tested below, the rest are node executables."""
     text = (ROOT / "setup.py").read_text()
     scripts = set(re.findall(r'"([\w-]+) = [\w.]+:\w+"', text))
-    nodes = {"trajectory_publisher", "mujoco_sim", "identifier", "damiao_bridge"}
+    nodes = set(NODE_MODULES)
     assert scripts == set(_parsers()) | nodes, "a console script was added or removed: document it and test it here"
 
 
@@ -161,7 +161,8 @@ def test_cli_reference_has_one_exit_status_table():
 # --- nodes ----------------------------------------------------------------------------------------
 
 NODE_MODULES = {"trajectory_publisher": "sysid_ros.trajectory_publisher", "mujoco_sim": "sysid_ros.mujoco_sim",
-                "identifier": "sysid_ros.identifier", "damiao_bridge": "sysid_ros.damiao_bridge"}
+                "identifier": "sysid_ros.identifier", "damiao_bridge": "sysid_ros.damiao_bridge",
+                "model_monitor": "sysid_ros.model_monitor", "gravity_compensation": "sysid_ros.gravity_compensation"}
 UNSET = object()
 
 

@@ -48,16 +48,22 @@ measurement noise), tracked by PD + feed-forward, identified from a 10 s multisi
   error's over about 1 / K: three samples in a row turn a single-sample exceedance probability
   P of the white part into about P^3 for 2 ms of delay, a tenth of a 20 ms detection budget.
   contact_release = 0.5: hysteresis against chatter when the estimate hovers at the band.
-* drift_window_s = 2 s, drift_factor = 5, drift_time_s = 1 s. A model that holds shows a
-  running RMSE (2 s window) of 1.1-3.8 sigma_j: more than validation's sigma, since online the
-  friction is evaluated at the causally filtered velocity (the identification filters it like
-  the torque) and the acceleration carries more noise; a 1 s window reached 4.1. With 0.1 kg
-  added under the flange (2 % of the arm) it never fell below 7.6 sigma_j on joints 1-4 (15
-  with 0.2 kg, 38 with 0.5 kg). 5 separates the two with a third of margin each way.
-  drift_time_s = 1 s: a moment's excursion (a fast stretch) is no drift.
-* cutoff_hz = 20 Hz, order 2 (StreamFilter: about 7 ms of delay). max_gap_s = 0.05 s: six
-  time constants of that filter; after a longer silence its state says little about the next
-  sample, and the trapezoid over the gap little about the torque in it.
+* cutoff_hz = 10 Hz, order 2 (StreamFilter: about 14 ms of delay): the identification's own
+  default cutoff. sigma_j was measured on data low-passed at 10 Hz, and the running RMSE is
+  comparable with it only on data low-passed alike: at 20 Hz the acceleration's noise alone
+  lifted a right model's running RMSE to 5-5.8 sigma_j, at 10 Hz it stayed under 3.6 sigma_j
+  (40 s of other motion at 1 kHz, 2 s and 10 s windows).
+* drift_window_s = 10 s, drift_factor = 5, drift_time_s = 1 s. "The model no longer holds" is
+  about the arm's state (a payload, wear), not a moment: over 40 s of other motion a right model
+  read 1.2-2.6 sigma_j with a 10 s window and up to 3.5 sigma_j with a 2 s one, in its fast
+  stretches. With 0.1 kg added under the flange (2 % of the arm) joints 1-4 never read below
+  8.8 sigma_j (17 with 0.2 kg, 44 with 0.5 kg): 5 separates the two with room both ways, and
+  ``holds`` fell 2.7, 1.8 and 1.1 s into those runs. drift_time_s = 1 s: a crossing that does
+  not last is no drift.
+* max_gap_s = 0.05 s: several time constants of the low-pass; after a longer silence its state
+  says little about the next sample, and the trapezoid over the gap little about the torque in
+  it. After a (re)start the running RMSE waits until the filter's step response has settled
+  within 2 % (settle_s, 94 ms at 10 Hz): the filtered acceleration starts at 0, not at the arm's.
 
 Stamps: a sample whose stamp is not after the last accepted one (repeated, or going back), or
 that holds a non-finite value, is dropped: the monitor's state does not change and the sample's
@@ -86,6 +92,9 @@ from .live_model import LiveModel
 from .observer import (linear_recursion, momentum, momentum_rows, momentum_terms, noise_gain, observer_coefficients,
                        white_noise_level)
 
+# the settling band of the low-pass's step response (MonitorConfig.settle_s)
+SETTLE_TOLERANCE = 0.02
+
 
 @dataclass(frozen=True, eq=False)
 class MonitorConfig:
@@ -107,8 +116,8 @@ class MonitorConfig:
     rate_hz: float
     observer_gain: object = 20.0
     contact_k: float = 6.0
-    cutoff_hz: float = 20.0
-    drift_window_s: float = 2.0
+    cutoff_hz: float = 10.0
+    drift_window_s: float = 10.0
     drift_factor: float = 5.0
     drift_time_s: float = 1.0
     sigma: np.ndarray | None = None
@@ -147,6 +156,12 @@ class MonitorConfig:
     def stream_filter(self) -> StreamFilter:
         return StreamFilter(self.rate_hz, self.cutoff_hz, self.filter_order)
 
+    @property
+    def settle_s(self) -> float:
+        """s after a (re)start during which the running RMSE takes no sample: the low-pass's
+        step response settling within SETTLE_TOLERANCE (_settling_time)."""
+        return _settling_time(float(self.rate_hz), float(self.cutoff_hz), int(self.filter_order))
+
 
 @dataclass(frozen=True, eq=False)
 class MonitorState:
@@ -163,7 +178,9 @@ class MonitorState:
     white-noise level of p in use (NaN before the first estimate) and ``noise_buffer`` (m, n)
     the second differences of p gathered towards the next; ``q``, ``dq``, ``ddq``,
     ``predicted``, ``measured``, ``band`` (n,) the last sample's filtered state, prediction,
-    filtered measured torque and contact band (a dropped sample repeats them)."""
+    filtered measured torque and contact band (a dropped sample repeats them); ``counts_from`` s
+    the stamp from which the running RMSE takes samples again (the filters settled after a
+    (re)start: MonitorConfig.settle_s)."""
 
     t: float
     filter: np.ndarray | None
@@ -184,6 +201,7 @@ class MonitorState:
     predicted: np.ndarray
     measured: np.ndarray
     band: np.ndarray
+    counts_from: float
 
     @property
     def rmse(self) -> np.ndarray:
@@ -277,7 +295,7 @@ def monitor_start(model: LiveModel, config: MonitorConfig, t0: float, q0, dq0, t
                         p=p[0], beta=beta[0], p_before=np.full(n, np.nan), external=zero, mean_square=zero,
                         contact=False, above=0, drift_since=np.full(n, np.nan), sigma=sigma, momentum_noise=noise,
                         noise_buffer=np.zeros((0, n)), q=q0.copy(), dq=dq0.copy(), ddq=zero, predicted=bias[0],
-                        measured=tau0.copy(), band=band)
+                        measured=tau0.copy(), band=band, counts_from=float(t0) + config.settle_s)
 
 
 def _spread(config: MonitorConfig, sigma: np.ndarray, momentum_noise: np.ndarray) -> np.ndarray:
@@ -310,6 +328,21 @@ def _momentum_noise(config: MonitorConfig, state, p: np.ndarray, restart: np.nda
         buffer, used, start = np.zeros((0, n)), used + take, done
     out[start:] = level
     return out, level, np.vstack([buffer, second[rows[used:]]])
+
+
+@lru_cache(maxsize=16)
+def _settling_time(rate_hz: float, cutoff_hz: float, order: int) -> float:
+    """The time its step response takes to stay within SETTLE_TOLERANCE of 1 (0 when it passes
+    through). A (re)start begins the filters as if the arm had held the first sample forever: the
+    filtered acceleration starts at 0 and reaches the arm's as the step response does, and the
+    prediction misses M ddq meanwhile (at 1 kHz, 20 Hz: about 20 times the validation RMSE over
+    the first 30 ms), which the running RMSE must not count as the model's error."""
+    sos = _sections(rate_hz, cutoff_hz, order)
+    if sos is None:
+        return 0.0
+    step = signal.sosfilt(sos, np.ones(int(np.ceil(20.0 * rate_hz / cutoff_hz))))
+    outside = np.flatnonzero(np.abs(step - 1.0) > SETTLE_TOLERANCE)
+    return float(outside[-1] + 1) / rate_hz if outside.size else 0.0
 
 
 @lru_cache(maxsize=16)
@@ -443,7 +476,10 @@ def _advance(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q,
     decay, drive = observer_coefficients(state.p, state.beta, p, beta, dt, _gain(config, n), restart)
     # the running mean square: exponential, time constant drift_window_s, held across a gap
     keep = np.repeat(np.exp(-dt / config.drift_window_s)[:, None], n, axis=1)
-    keep[restart] = 1.0
+    counts_from = np.full(num, state.counts_from)
+    for k in np.flatnonzero(restart):
+        counts_from[k:] = t[k] + config.settle_s
+    keep[restart | (t < counts_from)] = 1.0  # and so no weight: the filters are still settling
     error = tau_f - predicted
     recursion = linear_recursion(np.concatenate([state.external, state.mean_square]),
                                  np.hstack([decay, keep]), np.hstack([drive, (1.0 - keep) * error ** 2]))
@@ -461,5 +497,5 @@ def _advance(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q,
                        external=external[-1], mean_square=mean_square[-1], contact=bool(now_contact),
                        above=int(above), drift_since=since, sigma=state.sigma, momentum_noise=level,
                        noise_buffer=buffer, q=q_f[-1], dq=dq_f[-1], ddq=ddq_f[-1], predicted=predicted[-1],
-                       measured=tau_f[-1], band=band[-1])
+                       measured=tau_f[-1], band=band[-1], counts_from=float(counts_from[-1]))
     return new, rows, restart
