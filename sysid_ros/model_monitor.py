@@ -11,6 +11,9 @@ Subscribes
     joint_states (sensor_msgs/JointState, position, velocity and effort, matched by name), or
     with ``state_blocks`` mujoco_sim's sysid/joint_state_block; samples whose stamp is not after
     the last one, that lack a joint, or carry NaN are refused and counted (diagnostics).
+    motor_states (sensor_msgs/JointState, position): a double-encoder arm's motor side, each
+    message stamped like the joint state it belongs to (any subset of the joints); used when the
+    residual model takes the transmission's deflection (q - motor side, held between reads).
     sysid/result (std_msgs/String, transient local): the identifier's result; reloads ``params``.
 Publishes, per input sample, stamped as the input
     sysid/predicted_effort (sensor_msgs/JointState, effort): the model's torque at the causally
@@ -70,6 +73,8 @@ START_SAMPLES = 20
 JOINT_STATES_DEPTH = 1000
 WARN_PERIOD_S = 5.0
 FLUSH_S = 0.05
+# joint states kept by stamp for the motor side read at the same instant (a second at 200 Hz)
+RECENT_SAMPLES = 200
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
 
@@ -110,7 +115,9 @@ class ModelMonitor(Node):
         self._batch = max(1, int(self.get_parameter('batch_size').value))
         self._track_payload = bool(self.get_parameter('track_payload').value)
         self._frame = self.get_parameter('payload_frame').value or None
-        self._pending = []            # (stamp ns, q, dq, tau) not evaluated yet
+        self._pending = []            # (stamp ns, q, dq, tau, deflection) not evaluated yet
+        self._recent = {}             # stamp ns -> q of the newest samples, for motor_states to meet
+        self._deflection = None       # (n,) rad q - motor side at the latest read (NaN: never read)
         self._index = None            # (names of the last message, model joint -> message index)
         self._origin_ns = None        # stamp of the first sample: times are seconds after it
         self._last_ns = None
@@ -129,6 +136,7 @@ class ModelMonitor(Node):
             self.create_subscription(Float64MultiArray, 'sysid/joint_state_block', self._on_state_block, 100)
         else:
             self.create_subscription(JointState, 'joint_states', self._on_joint_states, JOINT_STATES_DEPTH)
+        self.create_subscription(JointState, 'motor_states', self._on_motor_states, JOINT_STATES_DEPTH)
         self.create_subscription(String, 'sysid/result', self._on_result, LATCHED)
         self.create_service(Trigger, 'sysid/payload/reset', self._on_payload_reset)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -163,6 +171,8 @@ class ModelMonitor(Node):
         self._index = None
         self._monitor = self._tracker = None
         self._pending.clear()
+        self._recent.clear()
+        self._deflection = np.full(live.n_joints, np.nan)
         self._origin_ns = self._last_ns = None
         self.get_logger().info(f'monitoring with {live.source or "the model"}'
                                + (f' (verdict {live.verdict})' if live.verdict else ''))
@@ -229,6 +239,8 @@ class ModelMonitor(Node):
         rows = np.frombuffer(msg.data).reshape(dims[0].size, width)
         index = np.array([names.index(j) for j in self.live.joint_names])
         for row in rows:
+            if width == 1 + 4 * n:  # the simulation's motor side, measured at every sample
+                self._deflection = row[1 + index] - row[1 + 3 * n + index]
             self._add(int(row[0]), row[1 + index], row[1 + n + index], row[1 + 2 * n + index])
 
     def _add(self, stamp_ns: int, q, dq, tau):
@@ -242,9 +254,26 @@ class ModelMonitor(Node):
             self._refuse('NaN or infinite values')
             return
         self._last_ns = stamp_ns
-        self._pending.append((stamp_ns, q, dq, tau))
+        self._recent[stamp_ns] = q
+        if len(self._recent) > RECENT_SAMPLES:
+            del self._recent[next(iter(self._recent))]
+        self._pending.append((stamp_ns, q, dq, tau, self._deflection.copy()))
         if len(self._pending) >= (START_SAMPLES if self._monitor is None else self._batch):
             self._process()
+
+    def _on_motor_states(self, msg: JointState):
+        """The deflection of the named joints at the joint state of the same stamp."""
+        if self.live is None:
+            return
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        q = self._recent.get(stamp)
+        if q is None or len(msg.position) != len(msg.name):
+            self._refuse('motor_states without a joint state of its stamp, or without positions')
+            return
+        for name, position in zip(msg.name, msg.position):
+            if name in self.live.joint_names and np.isfinite(position):
+                j = self.live.joint_names.index(name)
+                self._deflection[j] = q[j] - position
 
     # --- evaluation -------------------------------------------------------------------------
 
@@ -254,7 +283,7 @@ class ModelMonitor(Node):
 
     def _process(self):
         stamps = np.array([p[0] for p in self._pending], dtype=np.int64)
-        q, dq, tau = (np.array([p[k] for p in self._pending], dtype=float) for k in (1, 2, 3))
+        q, dq, tau, deflection = (np.array([p[k] for p in self._pending], dtype=float) for k in (1, 2, 3, 4))
         self._pending.clear()
         if self._origin_ns is None:
             self._origin_ns = int(stamps[0])
@@ -262,9 +291,11 @@ class ModelMonitor(Node):
         try:
             if self._monitor is None:
                 self._start(t, q, dq, tau)
-                stamps, t, q, dq, tau = stamps[1:], t[1:], q[1:], dq[1:], tau[1:]
+                stamps, t, q, dq, tau, deflection = stamps[1:], t[1:], q[1:], dq[1:], tau[1:], deflection[1:]
             config, state = self._monitor
-            state, step = monitor_step(self.live, config, state, t, q, dq, tau)
+            # a residual model of the deflection applies once every joint's has been read
+            measured = deflection if np.all(np.isfinite(deflection)) else None
+            state, step = monitor_step(self.live, config, state, t, q, dq, tau, measured)
             self._monitor = (config, state)
         except (SysidError, ValueError) as exc:
             self.get_logger().error(f'monitoring stopped: {exc}', throttle_duration_sec=WARN_PERIOD_S)

@@ -24,6 +24,7 @@ from conftest import ROBOTS, ROOT, source_environment
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.multisine import multisine
 from sysid_core.identification.identify import IdentificationConfig, identify
+from sysid_core.identification.residual import fit_residual_model
 from sysid_core.online.live_model import load_live_model
 from sysid_core.online.monitor import monitor_start, monitor_step
 from sysid_core.results.export import params_document, write_params_json
@@ -223,3 +224,50 @@ def test_the_executable_runs_in_a_process_of_its_own(context, arm):
     output = process.stdout.read()
     assert status == 0, output
     assert "monitoring with" in output, output
+
+
+def test_a_residual_model_of_the_deflection_applies_once_motor_states_give_it(context, arm, tmp_path):
+    """A residual model that takes the deflection (q - motor side, from motor_states stamped like
+    a joint state) is left out of the prediction until the motor side of every joint has been
+    read, then applied with the deflection held: the node's prediction is the core's without the
+    model up to one sample and the core's with that deflection from it on."""
+    params, work = arm
+    for name in ("params.json", "updated_model.xml"):
+        (tmp_path / name).write_bytes((params.parent / name).read_bytes())
+    # a residual of the deflection alone, learnt over this motion
+    trained = 1e-3 * np.sin(np.outer(work.time, 1.3 + 0.1 * np.arange(len(work.joint_names))))
+    residual = fit_residual_model(work.joint_names, work.q, work.dq, 50.0 * trained, deflection=trained,
+                                  components=(2, 4))
+    (tmp_path / "residual_model.json").write_text(json.dumps(residual.as_dict()))
+    live = load_live_model(tmp_path / "params.json")
+    monitor = _monitor(context, params=str(tmp_path / "params.json"), batch_size=5, track_payload=False)
+    probe = Probe(context, monitor)
+    motor_pub = probe.node.create_publisher(JointState, "motor_states", 10)
+    try:
+        assert monitor.live.residual is not None and monitor.live.residual.needs("deflection")
+        messages = list(_messages(work))
+        probe.feed(messages[:400], lambda: monitor.received >= 400)
+        deflection = np.full(len(work.joint_names), 5e-4)
+        motor = JointState(name=list(work.joint_names), position=(work.q[399] - deflection).tolist())
+        motor.header.stamp = messages[399].header.stamp
+        motor_pub.publish(motor)
+        deadline = time.monotonic() + 60.0
+        while np.isnan(monitor._deflection).any() and time.monotonic() < deadline:
+            probe.executor.spin_once(timeout_sec=0.05)
+        probe.feed(messages[400:], lambda: len(probe.predicted) >= len(messages) - 1)
+        got = np.array([m.effort for m in probe.predicted])
+        config = monitor._monitor[0]
+        t = np.round(work.time * 1e9) * 1e-9
+        outputs = []
+        for held in (None, np.tile(deflection, (len(t) - 1, 1))):
+            state = monitor_start(live, config, 0.0, work.q[0], work.dq[0], work.tau[0])
+            outputs.append(monitor_step(live, config, state, t[1:], work.q[1:], work.dq[1:], work.tau[1:], held)[1])
+        without, with_model = outputs[0].predicted, outputs[1].predicted
+        assert np.abs(with_model - without).max() > 1e-3  # the residual model changes the prediction
+        switch = int(np.argmax(np.abs(got - without).max(axis=1) > 1e-9))
+        assert 399 <= switch < len(got) - 100
+        np.testing.assert_allclose(got[:switch], without[:switch], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got[switch:], with_model[switch:], rtol=1e-9, atol=1e-9)
+    finally:
+        probe.close()
+        monitor.destroy_node()

@@ -42,8 +42,8 @@ class LiveModel:
     the moving bodies' standard parameters [m, hx, hy, hz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz] in
     ``robot.body_names`` order; ``armature``, ``offset`` N m, ``stiffness`` N m/rad (n,);
     ``frictions`` (n,) friction.JointFriction; ``residual`` a ResidualModel added to the torque
-    (None: none; one that needs the measured deflection is used only where ``motor_q`` is
-    given); ``sigma`` (n,) N m the identification's validation RMSE per joint (its training
+    (None: none; one that takes the transmission's deflection is used only where the deflection
+    is given); ``sigma`` (n,) N m the identification's validation RMSE per joint (its training
     RMSE when it had no validation; None for a nominal model); ``verdict`` the
     identification's (None for a nominal model); ``source`` where it came from;
     ``bare_terminal`` (10,) the terminal body without what the identification found bolted to it
@@ -69,16 +69,16 @@ class LiveModel:
     def joint_names(self) -> tuple:
         return self.robot.joint_names
 
-    def torque(self, q, dq, ddq, parameters=None, motor_q=None) -> np.ndarray:
+    def torque(self, q, dq, ddq, parameters=None, deflection=None) -> np.ndarray:
         """Joint torques (N, n) N m at q, dq, ddq (N, n) rad, rad/s, rad/s^2: rigid bodies
         (``parameters`` (nb, 10) instead of the model's, e.g. a payload's terminal body),
-        armature, friction, offset, spring and the residual model's correction (with the
-        deflection q - ``motor_q`` when it takes it and ``motor_q`` is given)."""
+        armature, friction, offset, spring and the residual model's correction (one that takes
+        the transmission's ``deflection`` (N, n) rad, q less the motor side, only with it)."""
         q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
         theta = self.parameters if parameters is None else np.asarray(parameters, dtype=float)
         tau = self.robot.regressor(q, dq, ddq) @ theta.reshape(-1) + self.joint_torque(q, dq, ddq)
-        if self.residual is not None and (motor_q is not None or not self.residual.needs("deflection")):
-            deflection = None if motor_q is None else q - np.atleast_2d(np.asarray(motor_q, dtype=float))
+        if self.residual is not None and (deflection is not None or not self.residual.needs("deflection")):
+            deflection = None if deflection is None else np.atleast_2d(np.asarray(deflection, dtype=float))
             tau = tau + self.residual.predict_for(self.joint_names, q, dq, deflection, tau)
         return tau
 

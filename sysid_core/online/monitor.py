@@ -403,12 +403,14 @@ def _drift(state: MonitorState, config: MonitorConfig, t: np.ndarray, rmse: np.n
     return since
 
 
-def monitor_step(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q, dq, tau
+def monitor_step(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q, dq, tau, deflection=None
                  ) -> tuple[MonitorState, MonitorStep]:
     """Run the batch t (N,) s (increasing stamps), q (N, n) rad, dq (N, n) rad/s, tau (N, n) N m
     (the measured joint torque) through the monitor; (the new state, what it gave). Any split of
     a stream into batches gives the same outputs (to rounding). See the module docstring for
-    stamps that repeat, go back or jump."""
+    stamps that repeat, go back or jump. ``deflection`` (N, n) rad: a double-encoder arm's
+    measured q less the motor side, for a residual model that takes it (without it such a model
+    is left out); taken as measured, not filtered (it follows the torque, slowly)."""
     n = model.n_joints
     t = np.atleast_1d(np.asarray(t, dtype=float))
     q, dq, tau = (np.asarray(a, dtype=float).reshape(-1, n) if np.size(a) else np.zeros((0, n)) for a in (q, dq, tau))
@@ -422,7 +424,8 @@ def monitor_step(model: LiveModel, config: MonitorConfig, state: MonitorState, t
     restarted = np.zeros(num, dtype=bool)
     before, rows = state, {}
     if index.size:
-        state, rows, restart = _advance(model, config, state, t[index], q[index], dq[index], tau[index])
+        state, rows, restart = _advance(model, config, state, t[index], q[index], dq[index], tau[index],
+                                        None if deflection is None else np.asarray(deflection, dtype=float)[index])
         restarted[index] = restart
     # each sample's row among the accepted ones' (-1: the state's before the batch)
     position = np.cumsum(accepted) - 1
@@ -439,7 +442,7 @@ def monitor_step(model: LiveModel, config: MonitorConfig, state: MonitorState, t
     return state, step
 
 
-def _torques(model: LiveModel, q_f, dq_f, ddq_f, q, dq) -> tuple:
+def _torques(model: LiveModel, q_f, dq_f, ddq_f, q, dq, deflection=None) -> tuple:
     """The prediction model.torque(q_f, dq_f, ddq_f), the observer's model.torque(q, dq, 0)
     (each (M, n) N m) and the momentum's rigid-body torques (6M, n) (observer.momentum_rows),
     from one regressor call: a call's fixed cost dominates a batch's. LiveModel.torque is
@@ -450,7 +453,8 @@ def _torques(model: LiveModel, q_f, dq_f, ddq_f, q, dq) -> tuple:
     rows_q, rows_dq, rows_ddq = momentum_rows(q, dq)
     theta = model.parameters.reshape(-1)
     if model.residual is not None:
-        torque = model.torque(np.vstack([q_f, q]), np.vstack([dq_f, dq]), np.vstack([ddq_f, zero]))
+        torque = model.torque(np.vstack([q_f, q]), np.vstack([dq_f, dq]), np.vstack([ddq_f, zero]),
+                              deflection=None if deflection is None else np.vstack([deflection, deflection]))
         return torque[:num], torque[num:], model.robot.regressor(rows_q, rows_dq, rows_ddq) @ theta
     rigid = model.robot.regressor(np.vstack([q_f, q, rows_q]), np.vstack([dq_f, dq, rows_dq]),
                                   np.vstack([ddq_f, zero, rows_ddq])) @ theta
@@ -458,7 +462,8 @@ def _torques(model: LiveModel, q_f, dq_f, ddq_f, q, dq) -> tuple:
     return rigid[:num] + joint[:num], rigid[num:2 * num] + joint[num:], rigid[2 * num:]
 
 
-def _advance(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q, dq, tau) -> tuple:
+def _advance(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q, dq, tau, deflection=None
+             ) -> tuple:
     """The accepted samples (M of them) through the filters, the model, the observer, the
     contact and drift logic: (the new state, {name: (M, ...) rows of MonitorStep's per-sample
     outputs}, restart (M,) bool)."""
@@ -470,7 +475,7 @@ def _advance(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q,
     ddq_f = (dq_f - np.vstack([state.dq[None], dq_f[:-1]])) / dt[:, None]
     ddq_f[restart] = 0.0
     num = t.shape[0]
-    predicted, bias, rigid = _torques(model, q_f, dq_f, ddq_f, q, dq)
+    predicted, bias, rigid = _torques(model, q_f, dq_f, ddq_f, q, dq, deflection)
     p, mdot_dq = momentum(model, dq, rigid)
     beta = tau + mdot_dq - bias
     decay, drive = observer_coefficients(state.p, state.beta, p, beta, dt, _gain(config, n), restart)
