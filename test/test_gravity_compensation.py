@@ -535,3 +535,52 @@ def test_the_arm_floats_through_the_damiao_bridge_and_stop_holds_it(graph, conte
         g.close()             # before the arm: the bridge disables its motors
         monitor.shutdown()
         arm.stop()
+
+
+def test_the_executable_floats_the_arm_and_leaves_it_held_on_ctrl_c(context):
+    """``python -m sysid_ros.gravity_compensation`` under a namespace, as ``ros2 run`` starts it:
+    with autostart it answers a pose with NaN positions and the model's gravity torque there
+    (MuJoCo's), and Ctrl-C ends it with status 0 after a last command holding that pose."""
+    import subprocess
+    from conftest import source_environment
+    namespace = "/floating"
+    process = subprocess.Popen([sys.executable, "-m", "sysid_ros.gravity_compensation", "--ros-args", "-r",
+                                f"__ns:={namespace}", "-p", f"model:={NOMINAL}", "-p", "autostart:=true",
+                                "-p", "state_timeout_s:=5.0"],
+                               cwd=ROOT, env=source_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    probe = Node("gravity_process_probe", namespace=namespace, context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(probe)
+    commands = []
+    probe.create_subscription(JointState, "sysid/joint_command", commands.append, 100)
+    states = probe.create_publisher(JointState, "joint_states", 10)
+    robot = load_robot(NOMINAL)
+    pose = robot.joint_range.mean(axis=1) + 0.2
+    try:
+        deadline = time.monotonic() + 120.0  # a guard against hangs, not a speed target
+        while not commands and time.monotonic() < deadline:
+            states.publish(JointState(name=list(robot.joint_names), position=pose.tolist(),
+                                      velocity=[0.0] * robot.n_joints, effort=[0.0] * robot.n_joints))
+            executor.spin_once(timeout_sec=0.05)
+        assert commands, "no command from the process"
+        floating = commands[-1]
+        assert np.all(np.isnan(floating.position)) and np.allclose(floating.velocity, 0.0)
+        np.testing.assert_allclose(floating.effort, mujoco_gravity(robot.model, pose), atol=1e-6)
+    finally:
+        process.send_signal(2)
+        try:
+            status = process.wait(timeout=30.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            status = process.wait()
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        executor.spin_once(timeout_sec=0.05)
+    executor.shutdown(timeout_sec=1.0)
+    probe.destroy_node()
+    output = process.stdout.read()
+    assert status == 0, output
+    held = commands[-1]
+    np.testing.assert_allclose(held.position, pose, atol=1e-12)
+    np.testing.assert_allclose(held.effort, mujoco_gravity(robot.model, pose), atol=1e-6)
