@@ -4,7 +4,7 @@ A joint driven with no position gain (kp = 0), a small damping kd and a feed-for
 holds nothing by itself: the feed-forward must carry the arm's weight, and what the model gets
 wrong is left to the joint's friction. Per joint, at the measured q (rad) and dq (rad/s):
 
-    tau_ff = G(q) + c F(dq) tanh(|dq| / v_s) + P(q) (with F faded out toward a near limit)
+    tau_ff = G(q) + c F(dq) tanh(abs(dq) / v_s) + P(q) (with F faded out toward a near limit)
 
 * ``G(q)`` the model's gravity torque (with its offset and spring: ``LiveModel.gravity``).
 * ``c F(dq) tanh(|dq| / v_s)``: a fraction c (``friction_fraction``) of the model's own
@@ -103,7 +103,7 @@ class CompensationConfig:
 
 
 def friction_compensation(model: LiveModel, dq, config: CompensationConfig = CompensationConfig()) -> np.ndarray:
-    """c F(dq) tanh(|dq| / v_s) (N, n) N m at dq (N, n) rad/s: the model's friction law F
+    """c F(dq) tanh(abs(dq) / v_s) (N, n) N m at dq (N, n) rad/s: the model's friction law F
     (Coulomb and viscous, or whichever law it has), a fraction ``config.friction_fraction`` of
     it, faded in over ``config.velocity_scale`` (for a Coulomb level f_c: c f_c tanh(dq / v_s),
     the sign smoothed)."""

@@ -9,7 +9,7 @@ the measured joint torque tau).
 * ``external``: the generalized-momentum observer's estimate of the torque the environment
   applies at the joints (``observer``), on the raw samples: the external torque through a
   first-order low-pass of bandwidth K.
-* ``contact``: raised when |external_j| leaves the band contact_k s_j on any joint for
+* ``contact``: raised when abs(external_j) leaves the band contact_k s_j on any joint for
   ``contact_samples`` samples in a row, cleared when every joint is back within
   ``contact_release`` of its band. s_j is what the estimate spreads by without contact,
   sqrt(sigma_j^2 + (g_j sigma_p,j)^2): sigma_j the model's error (its validation RMSE), which
@@ -102,8 +102,8 @@ class MonitorConfig:
 
     ``rate_hz`` Hz the stream's nominal sample rate (the low-pass's design); ``observer_gain``
     K 1/s of the momentum observer, scalar or (n,); ``contact_k``: contact is raised when
-    |external_j| > contact_k s_j on any joint for ``contact_samples`` samples in a row (s_j:
-    sigma_j widened by the observer's own noise), and cleared when every |external_j| <
+    abs(external_j) > contact_k s_j on any joint for ``contact_samples`` samples in a row (s_j:
+    sigma_j widened by the observer's own noise), and cleared when every abs(external_j) <
     ``contact_release`` contact_k s_j; ``cutoff_hz`` Hz and ``filter_order`` of the causal
     Butterworth low-pass of the prediction's inputs and of the measured torque;
     ``drift_window_s`` s the time constant of the running (exponential) mean square; a joint
@@ -337,7 +337,7 @@ def _settling_time(rate_hz: float, cutoff_hz: float, order: int) -> float:
     filtered acceleration starts at 0 and reaches the arm's as the step response does, and the
     prediction misses M ddq meanwhile (at 1 kHz, 20 Hz: about 20 times the validation RMSE over
     the first 30 ms), which the running RMSE must not count as the model's error."""
-    sos = _sections(rate_hz, cutoff_hz, order)
+    sos = StreamFilter(rate_hz, cutoff_hz, order).sos
     if sos is None:
         return 0.0
     step = signal.sosfilt(sos, np.ones(int(np.ceil(20.0 * rate_hz / cutoff_hz))))
@@ -345,19 +345,11 @@ def _settling_time(rate_hz: float, cutoff_hz: float, order: int) -> float:
     return float(outside[-1] + 1) / rate_hz if outside.size else 0.0
 
 
-@lru_cache(maxsize=16)
-def _sections(rate_hz: float, cutoff_hz: float, order: int):
-    """The low-pass's second-order sections (None: it passes through), designed once per setting
-    (a design costs a tenth of a millisecond, more than filtering a batch)."""
-    return StreamFilter(rate_hz, cutoff_hz, order).sos
-
-
 def _filtered(config: MonitorConfig, state, x: np.ndarray, restart: np.ndarray) -> tuple:
-    """The low-passed batch x (M, k) from the filter ``state`` (StreamFilter.apply's, with the
-    sections designed once), started again from each sample that ``restart`` marks;
-    (filtered (M, k), the new state)."""
-    sos = _sections(float(config.rate_hz), float(config.cutoff_hz), int(config.filter_order))
-    if sos is None:
+    """The low-passed batch x (M, k) from the filter ``state`` (StreamFilter.apply's), started
+    again from each sample that ``restart`` marks; (filtered (M, k), the new state)."""
+    stream = config.stream_filter
+    if stream.sos is None:
         return x.copy(), None
     bounds = [0, *np.flatnonzero(restart).tolist(), x.shape[0]]
     out = np.empty_like(x)
@@ -365,8 +357,8 @@ def _filtered(config: MonitorConfig, state, x: np.ndarray, restart: np.ndarray) 
         if begin == end:
             continue
         if restart[begin]:
-            state = config.stream_filter.start(x[begin])
-        out[begin:end], state = signal.sosfilt(sos, x[begin:end], axis=0, zi=state)
+            state = stream.start(x[begin])
+        out[begin:end], state = stream.apply(state, x[begin:end])
     return out, state
 
 
