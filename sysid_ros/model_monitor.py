@@ -170,6 +170,10 @@ class ModelMonitor(Node):
         self.live, self.error = live, None
         self._index = None
         self._monitor = self._tracker = None
+        self.rmse, self.holds = None, True
+        if self.contact:  # what the old model saw is no contact the new one judged
+            self.contact = False
+            self._contact_pub.publish(Bool(data=False))
         self._pending.clear()
         self._recent.clear()
         self._deflection = np.full(live.n_joints, np.nan)
@@ -390,7 +394,7 @@ class ModelMonitor(Node):
         values.update({f'refused: {k}': str(v) for k, v in self.refused.items()})
         if self.live is None:
             level, message = DiagnosticStatus.ERROR, f'no model: {self.error or "waiting for one"}'
-        elif self.rmse is None:
+        elif self.rmse is None or self._monitor is None:
             level, message = DiagnosticStatus.OK, 'waiting for joint_states'
         else:
             sigma = self._monitor[0].sigma if self._monitor[0].sigma is not None else self.live.sigma
