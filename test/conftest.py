@@ -4,6 +4,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,25 @@ def run_python(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess
     importable; stdout and stderr captured as text."""
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=source_environment())
+
+
+def start_node(module: str, *ros_args: str) -> subprocess.Popen:
+    """``python -m sysid_ros.<module> --ros-args *ros_args`` in a process of its own, as ``ros2
+    run`` starts a node, from the repository root with the package importable; stdout and
+    stderr merged, as text."""
+    return subprocess.Popen([sys.executable, "-m", f"sysid_ros.{module}", "--ros-args", *ros_args], cwd=ROOT,
+                            env=source_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def interrupt(process: subprocess.Popen, timeout: float = 30.0) -> int:
+    """Ctrl-C ``process``; its exit status (killed when it has not ended within ``timeout`` s)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
 
 
 @pytest.fixture(scope="session")

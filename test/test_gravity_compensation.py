@@ -21,7 +21,6 @@ import itertools
 import os
 import sys
 import time
-from pathlib import Path
 
 import can
 import mujoco
@@ -36,7 +35,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
-from conftest import ROBOTS, ROOT
+from conftest import ROBOTS, ROOT, interrupt, start_node
 from sysid_core.damiao import protocol as dm
 from sysid_core.damiao.arm import DamiaoArm
 from sysid_core.damiao.emulated_plant import COULOMB_SMOOTHING
@@ -457,7 +456,7 @@ def test_the_arm_floats_through_the_damiao_bridge_and_stop_holds_it(graph, conte
         # feedback_timeout_cycles, command_timeout_s and state_timeout_s: one process on a loaded
         # machine may hold a thread up for tens of milliseconds, and this test is about the commands
         # that go out, not about the watchdogs (test_damiao_bridge and the test above have those)
-        bridge = g.add(DamiaoBridge(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
+        g.add(DamiaoBridge(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
             **LAYOUT, "can_channel": channel, "feedback_timeout_cycles": 50, "command_timeout_s": 0.5}.items()]))
         float_node = g.add(node(context, params=str(identified), rate_hz=RATE, state_timeout_s=0.5))
         model = float_node.model
@@ -483,14 +482,14 @@ def test_the_arm_floats_through_the_damiao_bridge_and_stop_holds_it(graph, conte
 
         # released: only the node commands from here
         assert g.call("sysid/gravity_compensation/start").success
-        released, q_release, first = arm.sim_time, arm.q, len(frames)
+        released, q_release = arm.sim_time, arm.q
         path = []
         assert g.spin(until=lambda: arm.sim_time >= released + 2.0, limit=120.0,
                       each=lambda: (drain(), path.append(arm.q)))
         floated = arm.sim_time - released
         response = g.call("sysid/gravity_compensation/stop")
         assert response.success, response.message
-        stopped, q_hold, middle = arm.sim_time, float_node.hold[0].copy(), len(frames)
+        stopped, q_hold = arm.sim_time, float_node.hold[0].copy()
         assert g.spin(until=lambda: arm.sim_time >= stopped + 1.0, limit=120.0, each=drain)
         drain()
 
@@ -541,14 +540,9 @@ def test_the_executable_floats_the_arm_and_leaves_it_held_on_ctrl_c(context):
     """``python -m sysid_ros.gravity_compensation`` under a namespace, as ``ros2 run`` starts it:
     with autostart it answers a pose with NaN positions and the model's gravity torque there
     (MuJoCo's), and Ctrl-C ends it with status 0 after a last command holding that pose."""
-    import subprocess
-    from conftest import source_environment
     namespace = "/floating"
-    process = subprocess.Popen([sys.executable, "-m", "sysid_ros.gravity_compensation", "--ros-args", "-r",
-                                f"__ns:={namespace}", "-p", f"model:={NOMINAL}", "-p", "autostart:=true",
-                                "-p", "state_timeout_s:=5.0"],
-                               cwd=ROOT, env=source_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = start_node("gravity_compensation", "-r", f"__ns:={namespace}", "-p", f"model:={NOMINAL}",
+                         "-p", "autostart:=true", "-p", "state_timeout_s:=5.0")
     probe = Node("gravity_process_probe", namespace=namespace, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(probe)
@@ -568,12 +562,7 @@ def test_the_executable_floats_the_arm_and_leaves_it_held_on_ctrl_c(context):
         assert np.all(np.isnan(floating.position)) and np.allclose(floating.velocity, 0.0)
         np.testing.assert_allclose(floating.effort, mujoco_gravity(robot.model, pose), atol=1e-6)
     finally:
-        process.send_signal(2)
-        try:
-            status = process.wait(timeout=30.0)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            status = process.wait()
+        status = interrupt(process)
     end = time.monotonic() + 2.0
     while time.monotonic() < end:
         executor.spin_once(timeout_sec=0.05)

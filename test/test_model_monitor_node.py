@@ -6,13 +6,10 @@ The arm: config/robots/openarm_class_payload.xml simulated (its payload unknown 
 openarm_class.xml) and identified from one run; the monitor then watches a second run of other
 motion, fed as joint_states with the simulation's stamps."""
 import json
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -20,7 +17,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
-from conftest import ROBOTS, ROOT, source_environment
+from conftest import ROBOTS, interrupt, start_node
 from sysid_core.dynamics.model import load_robot
 from sysid_core.excitation.multisine import multisine
 from sysid_core.identification.identify import IdentificationConfig, identify
@@ -35,14 +32,6 @@ from sysid_ros.model_monitor import ModelMonitor
 RATE = 500.0
 CHUNK = 100  # joint states published at once: the monitor's queue holds 1000
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-
-@pytest.fixture(scope="module")
-def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
 
 
 @pytest.fixture(scope="module")
@@ -193,10 +182,8 @@ def test_a_result_announced_by_the_identifier_is_loaded_under_a_namespace(contex
 def test_the_executable_runs_in_a_process_of_its_own(context, arm):
     params, work = arm
     namespace = "/monitor_process"
-    process = subprocess.Popen([sys.executable, "-m", "sysid_ros.model_monitor", "--ros-args", "-r",
-                                f"__ns:={namespace}", "-p", f"params:={params}", "-p", "batch_size:=5"],
-                               cwd=ROOT, env=source_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = start_node("model_monitor", "-r", f"__ns:={namespace}", "-p", f"params:={params}", "-p",
+                         "batch_size:=5")
     node = Node("process_probe", namespace=namespace, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -216,12 +203,7 @@ def test_the_executable_runs_in_a_process_of_its_own(context, arm):
         assert len(received) >= 250, f"{len(received)} predictions received"
         assert all(len(m.effort) == 7 and np.all(np.isfinite(m.effort)) for m in received)
     finally:
-        process.send_signal(2)
-        try:
-            status = process.wait(timeout=30.0)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            status = process.wait()
+        status = interrupt(process)
         executor.shutdown(timeout_sec=1.0)
         node.destroy_node()
     output = process.stdout.read()

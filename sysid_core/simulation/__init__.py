@@ -669,11 +669,13 @@ def ideal_recording(model: mujoco.MjModel, trajectory: Trajectory, joint_names=N
 
 
 def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
-         noise: MeasurementNoise, seed, names: tuple, progress, joint_friction, delay: int = 0) -> SimulatedRun:
+         noise: MeasurementNoise, seed, names: tuple, progress, joint_friction, delay: int = 0,
+         before_sample: Callable[[int, mujoco.MjModel], None] | None = None) -> SimulatedRun:
     """Simulate the plant of ``model`` under ``law(i, q, dq) -> tau`` (N m) at every sample i,
     then check and measure what it recorded. q, dq are the plant's live state (``delay`` = 0) or
     its state at sample max(i - delay, 0), and tau is copied before the plant steps: the law must
-    not keep q, dq, and may return a scratch array."""
+    not keep q, dq, and may return a scratch array. ``before_sample(i, plant)``, when given, is
+    called at each sample before anything else and may change the plant (a body picked up)."""
     num = len(trajectory.time)
     n = model.nv
     time = np.asarray(trajectory.time, dtype=float)
@@ -693,6 +695,8 @@ def _run(model: mujoco.MjModel, trajectory: Trajectory, law: Callable[[int, np.n
 
     with mujoco_warnings() as messages:
         for i in range(num):
+            if before_sample is not None:
+                before_sample(i, plant)
             q_true[i] = qpos
             dq_true[i] = qvel
             tau = tau_cmd[i]

@@ -36,12 +36,11 @@ import mujoco
 import numpy as np
 
 from ..dynamics.inertia import from_com_inertia, to_com_inertia
-from ..errors import DataError, TrackingError
+from ..errors import DataError
 from ..excitation.multisine import transition, transition_duration
 from ..excitation.trajectory import Trajectory
 from ..identification.recording import Recording
-from . import (MeasurementNoise, TrackingQuality, _assess, _counted_divergence, _diverging_dof, _per_joint,
-               _prepare, _sample_rate, measure, mit_torque, mujoco_warnings, plant_model, simulation_timing)
+from . import MeasurementNoise, TrackingQuality, _per_joint, _prepare, _run, mit_torque
 
 POSE_NAMES = ("home", "above_pick", "pick", "above_place", "place")
 STATIONS = ("home", "pick", "place")
@@ -278,51 +277,23 @@ def simulate_pick_and_place(model: mujoco.MjModel, trajectory: Trajectory, feedf
         raise DataError(f"feedforward must be finite of shape ({num}, {n}), got {ff.shape}")
     kp, kd = _per_joint(kp, n, "kp", "N m/rad"), _per_joint(kd, n, "kd", "N m s/rad")
     changes = sorted(changes, key=lambda c: c.time)
-    timing = simulation_timing(model, _sample_rate(time))
-    plant = plant_model(model, timing)
-    target = _terminal_body(plant, body)
+    # the plant is a copy of ``model`` with its timing: the same bodies
+    target = _terminal_body(model, body)
     at = [int(np.searchsorted(time, c.time - 1e-9 * (time[1] - time[0]))) for c in changes]
-    bodies = [body_standard_parameters(plant, target)]
+    bodies = [body_standard_parameters(model, target)]
     for change in changes:
         bodies.append(bodies[-1] + np.asarray(change.parameters, dtype=float))
-
     q_des, dq_des = np.asarray(trajectory.q, dtype=float), np.asarray(trajectory.dq, dtype=float)
-    data = mujoco.MjData(plant)
-    data.qpos[:] = q_des[0]
-    data.qvel[:] = dq_des[0]
-    qpos, qvel, applied, counts = data.qpos, data.qvel, data.qfrc_applied, data.warning.number
-    q_true, dq_true, tau_cmd = (np.empty((num, n)) for _ in range(3))
-    pending = 0
-    with mujoco_warnings() as messages:
-        for i in range(num):
-            while pending < len(changes) and at[pending] <= i:
-                set_body_parameters(plant, target, bodies[pending + 1])
-                pending += 1
-            q_true[i] = qpos
-            dq_true[i] = qvel
-            seen = max(i - delay_samples, 0)
-            state_q, state_dq = (q_true[seen], dq_true[seen]) if delay_samples else (qpos, qvel)
-            tau_cmd[i] = mit_torque(state_q, state_dq, q_des[i], dq_des[i], ff[i], kp, kd)
-            if i == num - 1:
-                break
-            failed = False
-            for _ in range(timing.substeps):
-                applied[:] = tau_cmd[i] if joint_friction is None else tau_cmd[i] - joint_friction(np.array(qvel))
-                mujoco.mj_step(plant, data)
-                failed = _counted_divergence(counts)
-                if failed:
-                    break
-            if failed:
-                dof = _diverging_dof(data)
-                joint = names[dof] if 0 <= dof < n else None
-                raise TrackingError(f"simulation diverged between t={time[i]:.4f} s and t={time[i + 1]:.4f} s "
-                                    f"(MuJoCo: {' '.join(messages) or 'bad state'})", joint, float(time[i]),
-                                    float(np.abs(tau_cmd[i]).max()))
-    quality = _assess(plant, model, timing, names, time, q_des, q_true, tau_cmd)
-    gen = np.random.default_rng(seed)
-    recording = Recording(time=time.copy(), q=measure(q_true, noise.q_std, noise.q_resolution, gen),
-                          dq=measure(dq_true, noise.dq_std, noise.dq_resolution, gen),
-                          tau=measure(tau_cmd, noise.tau_std, noise.tau_resolution, gen), joint_names=names,
-                          quality_notes=quality.quality_notes())
+    pending = [0]
+
+    def law(i, q, dq):
+        return mit_torque(q, dq, q_des[i], dq_des[i], ff[i], kp, kd)
+
+    def change_body(i, plant):
+        while pending[0] < len(changes) and at[pending[0]] <= i:
+            pending[0] += 1
+            set_body_parameters(plant, target, bodies[pending[0]])
+
+    run = _run(model, trajectory, law, noise, seed, names, None, joint_friction, int(delay_samples), change_body)
     change_times = np.array([time[i] if i < num else np.inf for i in at])
-    return PickAndPlaceRun(recording, quality, change_times, np.array(bodies))
+    return PickAndPlaceRun(run.recording, run.quality, change_times, np.array(bodies))
