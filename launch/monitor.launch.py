@@ -11,7 +11,9 @@ validation figure) and, once the identifier publishes its result, monitors with 
 model in ``output_dir``/params.json: predicted and external torque, contact, the running RMSE
 against the validation's, the payload tracked live. ``params`` names an earlier identification to
 monitor with from the start instead. ``ros2 service call sysid/start std_srvs/srv/Trigger`` plays
-the excitation again under the identified model's watch.
+the excitation again under the identified model's watch. Keep ``realtime`` true (the default) to
+watch the arm as it would run: a simulation many times faster than real time outruns the
+monitor, which then works through its queue after the excitation.
 """
 import importlib.util
 from pathlib import Path

@@ -38,7 +38,10 @@ Services
 
 Samples are evaluated ``batch_size`` at a time: a batch's cost is mostly fixed (see
 sysid_core.online.live_model), so a 1 kHz stream is kept up with by batches of a few samples, at
-the price of that many samples of latency. Names are relative, except /diagnostics.
+the price of that many samples of latency (bench/monitor_node.py). A stream faster than that (a
+simulation many times faster than real time) queues up to JOINT_STATES_DEPTH messages, which
+the node works through later; beyond them the oldest are lost. Names are relative, except
+/diagnostics.
 """
 from __future__ import annotations
 
@@ -133,7 +136,8 @@ class ModelMonitor(Node):
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._diagnostics_name = self.get_fully_qualified_name().lstrip('/')
         if self.get_parameter('state_blocks').value:
-            self.create_subscription(Float64MultiArray, 'sysid/joint_state_block', self._on_state_block, 100)
+            self.create_subscription(Float64MultiArray, 'sysid/joint_state_block', self._on_state_block,
+                                     JOINT_STATES_DEPTH)
         else:
             self.create_subscription(JointState, 'joint_states', self._on_joint_states, JOINT_STATES_DEPTH)
         self.create_subscription(JointState, 'motor_states', self._on_motor_states, JOINT_STATES_DEPTH)

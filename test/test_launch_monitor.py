@@ -1,6 +1,7 @@
 """launch_testing: monitor.launch.py end to end (needs a ROS 2 install with launch_testing).
 
-The simulated arm is excited and identified as sim_identify.launch.py does it, with model_monitor
+The simulated arm is excited in real time (the monitor watches an arm's stream, not a simulation
+running many times faster) and identified as sim_identify.launch.py does it, with model_monitor
 beside the three nodes under a namespace. Once the identifier has published its result, the
 excitation is played again: the monitor must then be watching with the identified model (its
 diagnostics name the params.json), publish a prediction for the samples, find no contact and say
@@ -45,7 +46,7 @@ def _short_config() -> str:
 @pytest.mark.launch_test
 def generate_test_description():
     arguments = {"model": str(ROBOTS / "openarm_class.xml"), "truth_model": str(ROBOTS / "openarm_class_payload.xml"),
-                 "config": _short_config(), "output_dir": str(OUTPUT), "realtime": "false", "auto_identify": "true",
+                 "config": _short_config(), "output_dir": str(OUTPUT), "realtime": "true", "auto_identify": "true",
                  "namespace": NAMESPACE}
     return launch.LaunchDescription([
         IncludeLaunchDescription(PythonLaunchDescriptionSource(str(ROOT / "launch" / "monitor.launch.py")),

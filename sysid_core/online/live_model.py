@@ -2,9 +2,11 @@
 
 A LiveModel is the rigid bodies' standard parameters, the joints' armature, friction laws, offset
 and spring, and what the identification measured of its own error (the validation RMSE per
-joint), with the hardware's friction law (a joint's friction is a function of its velocity,
-not MuJoCo's constraint): what ``identify.predict_torque`` gives for ``on_hardware(robot,
-result)``. It is built from an IdentificationResult in memory (``live_model``) or from what an
+joint): what ``identify.predict_torque`` gives for the result. For a real arm's identification
+a joint's friction is a function of its velocity; for one from a MuJoCo simulation (params.json's
+``physics``) the joints are MuJoCo's, as the identification fitted them (its frictionloss
+constraint is no function of the velocity alone: evaluated with the velocity's law, a simulated
+arm's model would be off by its friction levels wherever a joint turns). It is built from an IdentificationResult in memory (``live_model``) or from what an
 identification wrote (``load_live_model``: params.json, the updated model and the residual model
 beside it), or from a model file alone (``nominal_live_model``: its own inertia, armature,
 damping and friction loss, no figure of its error).
@@ -24,6 +26,7 @@ import numpy as np
 
 from ..dynamics import friction
 from ..dynamics.inertia import from_com_inertia, transform_parameters
+from ..dynamics.joint_physics import MujocoPhysics
 from ..dynamics.model import Robot, load_robot
 from ..errors import DataError
 from ..identification.residual import ResidualModel
@@ -47,7 +50,10 @@ class LiveModel:
     RMSE when it had no validation; None for a nominal model); ``verdict`` the
     identification's (None for a nominal model); ``source`` where it came from;
     ``bare_terminal`` (10,) the terminal body without what the identification found bolted to it
-    (the model file's own link): a payload is the terminal body minus this (None: unknown)."""
+    (the model file's own link): a payload is the terminal body minus this (None: unknown);
+    ``physics`` the MuJoCo physics of an identification from a simulation (joint_physics: its
+    frictionloss constraint and implicit damping, as the identification modelled them, for
+    Coulomb + viscous joints), None for a real arm's."""
 
     robot: Robot
     parameters: np.ndarray
@@ -60,6 +66,7 @@ class LiveModel:
     verdict: str | None = None
     source: str = ""
     bare_terminal: np.ndarray | None = None
+    physics: MujocoPhysics | None = None
 
     @property
     def n_joints(self) -> int:
@@ -86,8 +93,30 @@ class LiveModel:
         """The joints' own terms (N, n) N m: armature ddq + friction(dq) + offset + stiffness (q -
         springref)."""
         q, dq, ddq = (np.atleast_2d(np.asarray(a, dtype=float)) for a in (q, dq, ddq))
+        if self._constraint:
+            return self._simulated_joint_torque(q, dq, ddq)
         return (self.armature * ddq + friction.friction_torque(dq, self.frictions) + self.offset
                 + self.stiffness * (q - self.robot.springref))
+
+    @property
+    def _constraint(self) -> bool:
+        """Whether the joints are MuJoCo's (``physics``), with Coulomb + viscous laws, as an
+        identification from a simulation models them."""
+        return self.physics is not None and all(f.model.name == "coulomb_viscous" for f in self.frictions)
+
+    def _simulated_joint_torque(self, q, dq, ddq) -> np.ndarray:
+        """joint_torque as MuJoCo applies the joints' terms: friction loss through its constraint
+        (at the identified levels, with the identified arm's inverse inertia at qpos0), damping
+        and springs where its integrator puts them."""
+        coulomb = np.array([f.coulomb_level for f in self.frictions])
+        viscous = np.array([f.viscous_level for f in self.frictions])
+        features = self.robot.joint_features(friction.TERMS, q, dq, ddq, self.frictions[0].smoothing, self.physics,
+                                             coulomb, self.robot.inverse_inertia_diagonal(self.parameters,
+                                                                                          self.armature),
+                                             self.parameters, self.armature, viscous)
+        values = {"coulomb": coulomb, "viscous": viscous, "armature": self.armature, "offset": self.offset,
+                  "stiffness": self.stiffness}
+        return sum(values[t] * features[t] for t in friction.TERMS)
 
     def friction_torque(self, dq) -> np.ndarray:
         """The friction laws' torques (N, n) N m at dq (N, n) rad/s."""
@@ -121,7 +150,7 @@ def live_model(robot: Robot, result, residual: ResidualModel | None = None, sour
                      np.array(result.offset, dtype=float), np.array(stiffness, dtype=float), frictions, residual,
                      None if sigma is None else np.array(sigma, dtype=float),
                      None if result.verdict is None else result.verdict.level, source,
-                     np.array(robot.nominal_parameters[robot.terminal_index], dtype=float))
+                     np.array(robot.nominal_parameters[robot.terminal_index], dtype=float), result.config.physics)
 
 
 def nominal_live_model(robot: Robot, source: str = "") -> LiveModel:
@@ -191,7 +220,19 @@ def load_live_model(params_path, model=None, residual=True) -> LiveModel:
     verdict = doc.get("verdict")
     return LiveModel(robot, parameters, armature, offset, stiffness, frictions, found, sigma,
                      verdict if isinstance(verdict, str) else None, str(params_path),
-                     _bare_terminal(doc, robot, parameters[robot.terminal_index]))
+                     _bare_terminal(doc, robot, parameters[robot.terminal_index]), _physics(doc, params_path))
+
+
+def _physics(doc: dict, where) -> MujocoPhysics | None:
+    """params.json's ``physics`` block as a MujocoPhysics (None: hardware)."""
+    block = doc.get("physics")
+    if not isinstance(block, dict) or block.get("source") != "mujoco":
+        return None
+    try:
+        return MujocoPhysics(float(block["timestep"]), str(block["integrator"]), bool(block["eulerdamp"]),
+                             bool(block["simulated"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{where}: physics block {block}: {exc}") from None
 
 
 def _bare_terminal(doc: dict, robot: Robot, identified: np.ndarray) -> np.ndarray | None:
