@@ -11,6 +11,7 @@ from conftest import run_python
 
 SCRIPT = textwrap.dedent("""
     import faulthandler, os, signal, sys, threading, time
+    faulthandler.enable()  # a crash in native code shows every thread's stack in stderr
     faulthandler.dump_traceback_later(30, exit=True)  # a hang shows its stacks and ends
     from rclpy.node import Node
     from rclpy.parameter import Parameter
