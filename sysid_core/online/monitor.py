@@ -87,7 +87,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import signal
 
-from .causal_filter import StreamFilter
+from .causal_filter import StreamFilter, backward_difference
 from .live_model import LiveModel
 from .observer import (linear_recursion, momentum, momentum_rows, momentum_terms, noise_gain, observer_coefficients,
                        white_noise_level)
@@ -464,7 +464,7 @@ def _advance(model: LiveModel, config: MonitorConfig, state: MonitorState, t, q,
     restart = dt > config.max_gap_s
     filtered, filter_state = _filtered(config, state.filter, np.hstack([q, dq, tau]), restart)
     q_f, dq_f, tau_f = filtered[:, :n], filtered[:, n:2 * n], filtered[:, 2 * n:]
-    ddq_f = (dq_f - np.vstack([state.dq[None], dq_f[:-1]])) / dt[:, None]
+    ddq_f = backward_difference(state.dq, dq_f, dt)
     ddq_f[restart] = 0.0
     num = t.shape[0]
     predicted, bias, rigid = _torques(model, q_f, dq_f, ddq_f, q, dq, deflection)
