@@ -1,6 +1,7 @@
 """Shared fixtures: paths of the bundled and test models; an isolated ROS 2 domain; MuJoCo's
 gravity torque, an oracle independent of the regressor."""
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -70,6 +71,22 @@ def interrupt(process: subprocess.Popen, timeout: float = 30.0) -> int:
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
+
+
+@contextlib.contextmanager
+def emulator_answers_in_time():
+    """While inside: the emulated Damiao motors, which answer from a thread of this process, get
+    to run within a bridge's cycle, as sim_identify arranges it: the GIL handed over every 0.5 ms,
+    and no full garbage collection over the whole test session's objects (tens of milliseconds,
+    every thread stopped)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        sys.setswitchinterval(interval)
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,8 @@ the MIT-mode protocol). What the bridge puts on the bus is checked by a third bu
 same channel that decodes every frame with the codec, independently of the bridge's state.
 The arm is the horizontal planar 2R (no gravity torque), so it rests where it is left.
 """
-import gc
 import itertools
 import os
-import sys
 import textwrap
 import threading
 import time
@@ -30,7 +28,7 @@ from sysid_core.damiao.protocol import MotorLimits, decode_mit, motor_limits, re
 from sysid_core.identification.actuator import CommandLog, EffortGains
 from sysid_ros.damiao_bridge import WARN_PERIOD_S, DamiaoBridge
 
-from conftest import MODELS, run_python
+from conftest import MODELS, emulator_answers_in_time, run_python
 
 ARM = str(MODELS / "planar_2r.xml")
 LAYOUT = {
@@ -48,16 +46,8 @@ _channels = itertools.count()
 
 @pytest.fixture(scope="module")
 def context(context):
-    # The emulated motors answer from a thread of this process, so the process must let it run
-    # within a cycle or its motors look silent, as sim_identify arranges: the GIL handed over
-    # every 0.5 ms, and no full garbage collection over the whole test session's objects
-    # (tens of milliseconds, every thread stopped) while the bridge runs.
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.0005)
-    gc.freeze()
-    yield context
-    gc.unfreeze()
-    sys.setswitchinterval(interval)
+    with emulator_answers_in_time():
+        yield context
 
 
 class Rig:

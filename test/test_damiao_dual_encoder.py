@@ -6,9 +6,7 @@ dynamics of the rigid arm for the static load, hand-computed schedules and unwra
 monitor bus that sees every frame the bridge sends. Counts are checked against cycles and
 simulated time, never against the wall clock: the suite runs on slow, loaded machines.
 """
-import gc
 import math
-import sys
 import time
 import uuid
 
@@ -26,7 +24,7 @@ from sysid_core.damiao.protocol import MitCommand, motor_limits, resolution
 from sysid_core.simulation.elastic import Transmission
 from sysid_ros.identifier import Identifier
 
-from conftest import MODELS, ROBOTS
+from conftest import MODELS, ROBOTS, emulator_answers_in_time
 from test_damiao_bridge import Rig as BridgeRig
 
 VERTICAL = str(MODELS / "planar_2r_vertical.xml")    # gravity in the plane of motion
@@ -322,14 +320,8 @@ LAYOUT = {
 
 @pytest.fixture(scope="module")
 def context(context):
-    # as in test_damiao_bridge.py: the GIL handed over every 0.5 ms, no full collection while
-    # the bridge runs, so the emulator's thread answers within a cycle
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.0005)
-    gc.freeze()
-    yield context
-    gc.unfreeze()
-    sys.setswitchinterval(interval)
+    with emulator_answers_in_time():
+        yield context
 
 
 class Rig(BridgeRig):

@@ -16,10 +16,8 @@ An identified model's error is bounded by its validation RMSE, so its drift over
 times the creep speed of that error (plus the frame's quantisation); the nominal model misses
 the payload by more than the static friction on some joint, and drifts beyond that bound.
 """
-import gc
 import itertools
 import os
-import sys
 import time
 
 import can
@@ -35,7 +33,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
-from conftest import ROBOTS, ROOT, interrupt, start_node
+from conftest import ROBOTS, ROOT, emulator_answers_in_time, interrupt, start_node
 from sysid_core.damiao import protocol as dm
 from sysid_core.damiao.arm import DamiaoArm
 from sysid_core.damiao.emulated_plant import COULOMB_SMOOTHING
@@ -257,14 +255,8 @@ def test_identified_compensation_holds_a_released_arm_that_the_nominal_one_lets_
 
 @pytest.fixture(scope="module")
 def context(context):
-    # the emulated motors answer from a thread of this process (as in test_damiao_bridge): the
-    # GIL handed over every 0.5 ms, no full garbage collection while the bridge runs
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.0005)
-    gc.freeze()
-    yield context
-    gc.unfreeze()
-    sys.setswitchinterval(interval)
+    with emulator_answers_in_time():
+        yield context
 
 
 class Graph:
