@@ -184,6 +184,30 @@ def test_csv_round_trip_and_hand_written_csv(arm, tmp_path):
         rf.read_csv(tmp_path / "nohead.csv")
 
 
+def test_csv_chunks_read_in_bulk_equal_the_rows_screened_one_by_one(arm, tmp_path, monkeypatch):
+    """Clean chunks go through NumPy's parser at once, a chunk with a bad row goes row by row: the
+    samples, stamps and counts equal reading every row one by one (the oracle: bulk reading off)."""
+    robot, recording = arm
+    path = rf.write_csv(tmp_path / "r.csv", recording)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[500] = lines[500].replace(",", ",nan,", 1).replace(",nan,", ",", 1).replace(",", ",x", 1)  # non-numeric
+    lines[900] = lines[899]  # a repeated stamp
+    path.write_text("".join(lines))
+    monkeypatch.setattr(rf, "CSV_CHUNK", 256)
+    extend, taken = rf.JointStateLog.extend, []
+    monkeypatch.setattr(rf.JointStateLog, "extend", lambda self, *a: taken.append(extend(self, *a)) or taken[-1])
+    bulk = rf.read_csv(path, robot.joint_names)
+    chunks = -(-recording.n_samples // 256)
+    assert sum(taken) == chunks - 2 >= 2  # every chunk in bulk but the two with a bad row
+    monkeypatch.setattr(rf.JointStateLog, "extend", lambda self, stamps, values: False)
+    one_by_one = rf.read_csv(path, robot.joint_names)
+    assert bulk.dropped == one_by_one.dropped == {"with a missing or non-numeric value": 1,
+                                                  "with a stamp repeated or earlier than the previous one": 1}
+    assert bulk.messages == one_by_one.messages == recording.n_samples
+    for name in ("time", "q", "dq", "tau"):
+        np.testing.assert_array_equal(getattr(bulk.recording, name), getattr(one_by_one.recording, name))
+
+
 def test_csv_with_motor_side_positions(arm, tmp_path):
     robot, recording = arm
     motor = recording.q - 1e-3 * np.tanh(recording.tau)  # a deflection under load

@@ -134,6 +134,29 @@ class ReducedForm:
             supports.append(grown)
         return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + num, self.n_params, equations)
 
+    def merged(self, other: "ReducedForm") -> "ReducedForm":
+        """The reduced form of this data followed by ``other``'s: per joint the R factor of the two
+        triangles stacked, which is the one of all their rows (to round-off), so that data reduced
+        in parts (files, machines) combine into the reduced form of the whole."""
+        if other.n_params != self.n_params or len(other.triangles) != len(self.triangles):
+            raise ValueError(f"cannot merge a reduced form of {len(other.triangles)} joints and {other.n_params} "
+                             f"parameters into one of {len(self.triangles)} and {self.n_params}")
+        supports, triangles = [], []
+        for own, theirs in zip(zip(self.supports, self.triangles), zip(other.supports, other.triangles)):
+            grown = np.union1d(own[0], theirs[0])
+            stack = np.zeros((own[1].shape[0] + theirs[1].shape[0], grown.size + 1), order="F")
+            row = 0
+            for support, triangle in (own, theirs):
+                rows = slice(row, row + triangle.shape[0])
+                stack[rows, np.searchsorted(grown, support)] = triangle[:, :-1]
+                stack[rows, -1] = triangle[:, -1]
+                row = rows.stop
+            triangles.append(_r_factor(stack))
+            supports.append(grown)
+        equations = None if self.equations is None and other.equations is None else self.counts + other.counts
+        return ReducedForm(tuple(supports), tuple(triangles), self.n_samples + other.n_samples, self.n_params,
+                           equations)
+
     def crossed(self, cross: np.ndarray) -> "ReducedForm":
         """This reduced form with each joint's [W_j | y_j]^T [W_j | y_j] moved by ``cross[j]``
         ((n, r + 1, r + 1), symmetric; column r is y), refactored (the corrected product is an

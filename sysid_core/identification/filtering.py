@@ -214,14 +214,26 @@ class _Stretch:
         return self.raw.time[0] + self.spacing * np.arange(start, stop)
 
 
+def stretch_edges(recording: Recording, config: FilterConfig = FilterConfig()) -> np.ndarray:
+    """The row where each stretch between gaps of lost samples starts, and the row count after
+    the last (k + 1,): one stretch unless ``config.resample``."""
+    time = np.asarray(recording.time, dtype=float)
+    if not config.resample:
+        return np.array([0, time.size])
+    return _edges(time, _spacing_error(time)[0])
+
+
+def _edges(time: np.ndarray, period: float) -> np.ndarray:
+    return np.concatenate(([0], intervals_longer(time, MAX_GAP_PERIODS * period) + 1, [time.size]))
+
+
 def _stretches(recording: Recording, config: FilterConfig) -> list:
     """The recording cut at its gaps of lost samples (with ``config.resample``), each on its grid."""
     time = np.asarray(recording.time, dtype=float)
     if not config.resample:
         return [_Stretch(recording, None, uniform_sample_rate(time))]
     period, reason = _spacing_error(time)
-    breaks = intervals_longer(time, MAX_GAP_PERIODS * period) + 1
-    edges = np.concatenate(([0], breaks, [time.size]))
+    edges = _edges(time, period)
     out = []
     for a, b in zip(edges[:-1], edges[1:]):
         if b - a < 2:
@@ -468,11 +480,14 @@ def prepared_blocks(recording: Recording, config: FilterConfig = FilterConfig(),
 
 
 def prepared_windows(recording: Recording, config: FilterConfig = FilterConfig(), block: int = FILTER_BLOCK,
-                     select=None):
-    """``prepared_blocks``'s blocks, each with its VelocityWindow: (Recording, VelocityWindow)."""
+                     select=None, whole: bool = True):
+    """``prepared_blocks``'s blocks, each with its VelocityWindow: (Recording, VelocityWindow).
+    ``whole`` False: the recording is a part of the data (one file of several), which may keep
+    fewer than MIN_SAMPLES rows, or none."""
     if int(block) != block or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block}")
-    prepared_count(recording, config)
+    if whole:
+        prepared_count(recording, config)
     number = -1
     for stretch in _stretches(recording, config):
         kept = _kept(stretch, config)

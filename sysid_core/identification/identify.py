@@ -45,7 +45,7 @@ from . import estimation, filtering
 from .base_parameters import BaseParameters, base_parameters
 from .consistency import consistency_distance, consistent_parameters, realisable_floor
 from .estimation import Estimate, ReducedForm, estimate, estimate_reduced
-from .filtering import FilterConfig, VelocityWindow, prepared_sizes, prepared_windows
+from .filtering import FilterConfig, VelocityWindow, prepared_sizes, prepared_windows, stretch_edges
 from .recording import Recording
 from .verdict import Evidence, Verdict, judge
 
@@ -535,11 +535,12 @@ class _Stream:
 
     Every pass reads the recording again (filtering and regressor), except when the blocks of
     the whole recording fit in CACHE_BYTES: then the first pass keeps the samples and inertial
-    columns of every block and the later passes only rebuild the joint columns.
+    columns of every block and the later passes only rebuild the joint columns. ``whole`` False:
+    the recording is a part of the data (identification.parts), which may keep few rows or none.
     """
 
-    def __init__(self, robot: Robot, config: IdentificationConfig, recording: Recording):
-        self.robot, self.config, self.recording = robot, config, recording
+    def __init__(self, robot: Robot, config: IdentificationConfig, recording: Recording, whole: bool = True):
+        self.robot, self.config, self.recording, self.whole = robot, config, recording, whole
         # rows per filtered block: about FILTER_BLOCK recorded samples (a decimated row stands for
         # ``decimation`` of them, all of which are filtered), in whole regressor blocks
         self.filter_block = max(BLOCK, filtering.FILTER_BLOCK // (BLOCK * config.filter.decimation) * BLOCK)
@@ -556,7 +557,7 @@ class _Stream:
         (default: all rows of all)."""
         numbers = range(len(self.sizes)) if select is None else sorted(select)
         for number, (block, window) in zip(numbers, prepared_windows(self.recording, self.config.filter,
-                                                                     self.filter_block, select)):
+                                                                     self.filter_block, select, self.whole)):
             for start in range(0, block.n_samples if select is None else 1, BLOCK):
                 yield number, block.rows(slice(start, start + BLOCK)), window, start
 
@@ -666,10 +667,16 @@ class _Stream:
 
     def correlation_blocks(self) -> set | None:
         """The prepared blocks the residual's correlation time is measured on (None: all)."""
-        if self.count <= CORRELATION_SAMPLES:
-            return None
-        wanted = max(1, CORRELATION_SAMPLES // BLOCK)
-        return set(np.unique(np.linspace(0, len(self.sizes) - 1, wanted).round().astype(int)).tolist())
+        return correlation_blocks(self.count, len(self.sizes))
+
+
+def correlation_blocks(count: int, blocks: int) -> set | None:
+    """Which of ``blocks`` prepared blocks of ``count`` rows in all the residual's correlation
+    time is measured on (the first BLOCK rows of each); None: every row."""
+    if count <= CORRELATION_SAMPLES:
+        return None
+    wanted = max(1, CORRELATION_SAMPLES // BLOCK)
+    return set(np.unique(np.linspace(0, blocks - 1, wanted).round().astype(int)).tolist())
 
 
 def _constraint_state(robot: Robot, config: IdentificationConfig, body_parameters, coulomb, armature, damping,
@@ -703,14 +710,15 @@ def _uses_constraint(robot: Robot, config: IdentificationConfig) -> bool:
     return "coulomb" in _joint_model(config).terms or bool(np.any(robot.frictionloss > 0))
 
 
-def fitted_torque(robot: Robot, result: IdentificationResult, recording: Recording):
+def fitted_torque(robot: Robot, result: IdentificationResult, recording: Recording, whole: bool = True):
     """The identified model against ``recording`` as an identification sees it: filtered,
     trimmed and decimated with ``result.config.filter``, the friction filtered as the torque is
     (_friction_block). Yields (samples (a Recording, ddq filled), predicted torque (B, n) N m)
-    per block of at most BLOCK rows."""
+    per block of at most BLOCK rows. ``whole`` False: ``recording`` is a part of the data
+    (filtering.prepared_windows)."""
     config = result.config
     nonlinear = None if _friction_models(robot, config) is None else tuple(f.nonlinear for f in result.friction)
-    for check, window in prepared_windows(recording.select(robot.joint_names), config.filter):
+    for check, window in prepared_windows(recording.select(robot.joint_names), config.filter, whole=whole):
         friction_columns = _friction_block(robot, config, window, nonlinear, _result_constraint(robot, result))
         for start in range(0, check.n_samples, BLOCK):
             part = check.rows(slice(start, start + BLOCK))
@@ -780,24 +788,31 @@ def _rmse(residual_sq: np.ndarray, torque_sq: np.ndarray, count) -> tuple[np.nda
     return per_joint, pooled, relative, pooled / total if total > 0 else float("inf")
 
 
-def velocity_noise(dq) -> np.ndarray:
-    """Per-joint white-noise level (n,) rad/s of a raw velocity recording dq (N, n): 1.4826 MAD
-    of the second differences over sqrt(6). A smooth motion's second differences at a
-    driver's sample rate are far below any sensor's noise; noise-free data give ~0. Longer
-    recordings go in stretches of NOISE_BLOCK samples, and the median of their levels is taken
-    (memory stays bounded; on stationary noise it is the same figure).
+def velocity_noise_levels(recording: Recording, config: FilterConfig = FilterConfig()) -> list:
+    """Per-joint white-noise levels (n,) rad/s of a recording's raw velocity, one per piece: 1.4826
+    MAD of the second differences over sqrt(6), in every stretch between gaps of lost samples
+    (filtering.stretch_edges: a difference across a gap is no noise) and, in longer stretches,
+    every NOISE_BLOCK samples (memory stays bounded). The level of the recording is their
+    median (on stationary noise the same figure); several files' levels are those of each.
+    A smooth motion's second differences at a driver's sample rate are far below any sensor's
+    noise; noise-free data give ~0. A stretch of fewer than 3 samples has none.
     """
-    dq = np.asarray(dq)
+    dq = np.asarray(recording.dq)
+    edges = stretch_edges(recording, config) if recording.n_samples > 1 else np.array([0, recording.n_samples])
     levels = []
-    for start in range(0, max(dq.shape[0] - 2, 1), NOISE_BLOCK):
-        # joints first: the medians partition contiguous rows, not a strided column each
-        part = np.ascontiguousarray(np.asarray(dq[start:start + NOISE_BLOCK + 2], dtype=float).T)
-        second = part[:, 2:] - 2.0 * part[:, 1:-1] + part[:, :-2]
-        if second.shape[1] == 0:
-            return np.zeros(np.shape(dq)[1])
-        second -= np.median(second, axis=1, keepdims=True)
-        levels.append(1.4826 * np.median(np.abs(second, out=second), axis=1) / np.sqrt(6.0))
-    return np.median(levels, axis=0)
+    for first, end in zip(edges[:-1], edges[1:]):
+        for start in range(first, max(end - 2, first), NOISE_BLOCK):
+            # joints first: the medians partition contiguous rows, not a strided column each
+            part = np.ascontiguousarray(np.asarray(dq[start:min(start + NOISE_BLOCK + 2, end)], dtype=float).T)
+            second = part[:, 2:] - 2.0 * part[:, 1:-1] + part[:, :-2]
+            second -= np.median(second, axis=1, keepdims=True)
+            levels.append(1.4826 * np.median(np.abs(second, out=second), axis=1) / np.sqrt(6.0))
+    return levels
+
+
+def velocity_noise(levels: list, n: int) -> np.ndarray:
+    """The noise level (n,) rad/s of a recording from its velocity_noise_levels (zeros if none)."""
+    return np.median(levels, axis=0) if levels else np.zeros(n)
 
 
 def _evidence(robot: Robot, config: IdentificationConfig, noise: np.ndarray, motion: np.ndarray,
@@ -846,56 +861,27 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     (BLOCK samples; views of a caller's buffer are fine, nothing of their size is copied or
     built): memory is a few blocks whatever the length (see _Stream); with ``config.robust``
     one (N, n) residual array more. ``recording.quality_notes`` (and the validation's) end
-    in the verdict.
+    in the verdict. The stages are those of identification.parts, which runs them on data
+    split into parts (several files, several machines).
     """
     recording = recording.select(robot.joint_names)
     stream = _Stream(robot, config, recording)
     names = column_names(robot, config)
-    minimum = max(50, 3 * len(names))
-    if stream.count < minimum:
-        raise DataError(f"too few samples: {stream.count} after filtering, at least {minimum} are needed "
-                        f"to identify {len(names)} parameters")
+    check_sample_count(robot, config, stream.count)
     base = structural_base_parameters(robot, config)
     nonlinear = _fit_friction(robot, config, stream, base)  # None unless a friction law has some
     nominal = model_parameter_vector(robot, names)
-    bodies = [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)
     joint_model = _joint_model(config)
-    n_inertial = 10 * len(bodies)
     n = robot.n_joints
 
     def solve(constraint: _Constraint, base: BaseParameters):
         """One pass: the reduced form, the estimate, standard parameters; the torque's sum of
         squares (n,) and the velocity's spread on the way."""
-        reduced, torque_sq, motion = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n)
-        cross = None
-        for samples, columns, target, other in stream.columns(base, nonlinear, constraint, instrumented=True):
-            reduced = reduced.add(columns, target)
-            if other is not None:
-                # a quantised velocity: the products across the two sensors' accelerations
-                # (VelocityWindow.instrument), whose noise, unlike either's own, averages out
-                cross = estimation.cross_product(columns, target, *other) + (0.0 if cross is None else cross)
-            torque_sq += np.sum(samples.tau ** 2, axis=0)
-            motion.add(samples.dq)
-        if cross is not None:
-            reduced = reduced.crossed(cross)
+        reduced, cross, torque_sq, motion = reduce_stream(stream, base, nonlinear, constraint)
+        reduced = reduced if cross is None else reduced.crossed(cross)
         est = estimate_reduced(reduced, _base_estimator(config), config.ridge_alpha, config.robust,
                                lambda: ((c, t) for _, c, t in stream.columns(base, nonlinear, constraint)))
-        # full rank in practice; otherwise the nominal values fill what the data cannot see
-        standard = nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
-        return reduced, est, standard, torque_sq, motion
-
-    def terms_of(standard):
-        out = {"coulomb": robot.frictionloss.copy(), "viscous": robot.damping.copy(),
-               "armature": robot.armature.copy(), "offset": np.zeros(n), "stiffness": robot.stiffness.copy()}
-        for t, term in enumerate(joint_model.terms):
-            out[term] = standard[n_inertial + t * n: n_inertial + (t + 1) * n].copy()
-        return out
-
-    def bodies_of(standard):
-        out = robot.nominal_parameters.copy()
-        for k, body in enumerate(bodies):
-            out[robot.body_names.index(body)] = standard[10 * k:10 * k + 10]
-        return out
+        return reduced, est, _nearest_nominal(nominal, base, est), torque_sq, motion
 
     constraint, held = _Constraint(), ()
     reduced, est, standard, torque_sq, motion = solve(constraint, base)
@@ -918,9 +904,9 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
             base, held = (base_held, held) if linearise else (base, ())
             pinned &= linearise
         for number in range(FRICTIONLOSS_PASSES):
-            terms = terms_of(standard)
-            state = _constraint_state(robot, config, bodies_of(standard), terms["coulomb"], terms["armature"],
-                                      terms["viscous"], *((names, standard) if linearise else ()))
+            terms = _terms_of(robot, config, standard)
+            state = _constraint_state(robot, config, _bodies_of(robot, config, standard), terms["coulomb"],
+                                      terms["armature"], terms["viscous"], *((names, standard) if linearise else ()))
             new_level = level if state.level is None else np.where(pinned, level, np.maximum(state.level, 0.0))
             change = max(np.max(np.abs(state.invweight0 / weight - 1.0)),
                          np.max(np.abs(new_level - level) / np.maximum(np.abs(level), 1e-12)))
@@ -929,15 +915,90 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
             level, weight = new_level, state.invweight0
             constraint = replace(state, level=level if state.level is not None else None, pinned=pinned)
             reduced, est, standard, torque_sq, motion = solve(constraint, base)
-    # neighbouring samples of filtered data (and of smooth model errors) are not independent:
-    # widen the covariance by the residual's correlation time so that standard deviations mean
-    # what they say (measured on CORRELATION_SAMPLES at most)
-    residuals = [target - _contract(columns, est.values)
-                 for _, columns, target in stream.columns(base, nonlinear, constraint, stream.correlation_blocks())]
-    est = replace(est, covariance=est.covariance * estimation.correlation_time(np.concatenate(residuals)))
+    est = widened(est, [target - _contract(columns, est.values) for _, columns, target in
+                        stream.columns(base, nonlinear, constraint, stream.correlation_blocks())])
+    result = concluded(robot, config, base, est, reduced, torque_sq, nonlinear, held)
+    if validation is not None:
+        result = validated(result, *validation_sums(robot, result, validation))
+    notes = tuple(recording.quality_notes) + (() if validation is None else
+                                              tuple(n for n in validation.quality_notes
+                                                    if n not in recording.quality_notes))
+    return judged(robot, result, velocity_noise(velocity_noise_levels(recording, config.filter), n), motion.rms,
+                  notes)
 
-    consistent = config.scope == "full" or config.estimator == "consistent"
-    if consistent:
+
+def check_sample_count(robot: Robot, config: IdentificationConfig, count: int) -> None:
+    """DataError unless ``count`` prepared samples can identify the parameters of ``config``."""
+    names = column_names(robot, config)
+    minimum = max(50, 3 * len(names))
+    if count < minimum:
+        raise DataError(f"too few samples: {count} after filtering, at least {minimum} are needed "
+                        f"to identify {len(names)} parameters")
+
+
+def reduce_stream(stream: "_Stream", base: BaseParameters, nonlinear=None, constraint: _Constraint = _Constraint()):
+    """One pass over a _Stream's data: (its reduced form, the cross product of a quantised
+    velocity's two accelerations (n, r + 1, r + 1) or None, the torque's sum of squares (n,),
+    the prepared velocity's _Spread)."""
+    n = stream.robot.n_joints
+    reduced, torque_sq, motion, cross = ReducedForm.empty(n, base.rank), np.zeros(n), _Spread(n), None
+    for samples, columns, target, other in stream.columns(base, nonlinear, constraint, instrumented=True):
+        reduced = reduced.add(columns, target)
+        if other is not None:
+            # a quantised velocity: the products across the two sensors' accelerations
+            # (VelocityWindow.instrument), whose noise, unlike either's own, averages out
+            cross = estimation.cross_product(columns, target, *other) + (0.0 if cross is None else cross)
+        torque_sq += np.sum(samples.tau ** 2, axis=0)
+        motion.add(samples.dq)
+    return reduced, cross, torque_sq, motion
+
+
+def _nearest_nominal(nominal: np.ndarray, base: BaseParameters, est: Estimate) -> np.ndarray:
+    """The standard parameters (p,) of the base estimate nearest the nominal ones: full rank in
+    practice; otherwise the nominal values fill what the data cannot see."""
+    return nominal + np.linalg.pinv(base.projection) @ (est.values - base.projection @ nominal)
+
+
+def _bodies(robot: Robot, config: IdentificationConfig) -> list:
+    return [robot.terminal_body] if config.scope == "terminal" else list(robot.body_names)
+
+
+def _terms_of(robot: Robot, config: IdentificationConfig, standard: np.ndarray) -> dict:
+    """The joint terms (n,) each of standard parameters ``standard`` (the model's where not identified)."""
+    n, n_inertial = robot.n_joints, 10 * len(_bodies(robot, config))
+    out = {"coulomb": robot.frictionloss.copy(), "viscous": robot.damping.copy(),
+           "armature": robot.armature.copy(), "offset": np.zeros(n), "stiffness": robot.stiffness.copy()}
+    for t, term in enumerate(_joint_model(config).terms):
+        out[term] = standard[n_inertial + t * n: n_inertial + (t + 1) * n].copy()
+    return out
+
+
+def _bodies_of(robot: Robot, config: IdentificationConfig, standard: np.ndarray) -> np.ndarray:
+    """Every body's standard parameters (nb, 10) of ``standard`` (the model's where not identified)."""
+    out = robot.nominal_parameters.copy()
+    for k, body in enumerate(_bodies(robot, config)):
+        out[robot.body_names.index(body)] = standard[10 * k:10 * k + 10]
+    return out
+
+
+def widened(est: Estimate, residuals: list) -> Estimate:
+    """``est`` with its covariance widened by the correlation time of ``residuals`` (arrays (B, n),
+    in order): neighbouring samples of filtered data (and of smooth model errors) are not
+    independent, and standard deviations must mean what they say."""
+    return replace(est, covariance=est.covariance * estimation.correlation_time(np.concatenate(residuals)))
+
+
+def concluded(robot: Robot, config: IdentificationConfig, base: BaseParameters, est: Estimate, reduced: ReducedForm,
+              torque_sq: np.ndarray, nonlinear=None, held: tuple = ()) -> IdentificationResult:
+    """The result of an estimate (its covariance widened): standard parameters (the physically
+    consistent ones with ``consistent``), joint terms and the fit on the identification data,
+    from the reduced form and the torque's sum of squares (n,). No validation, no verdict yet."""
+    names = column_names(robot, config)
+    nominal = model_parameter_vector(robot, names)
+    bodies = _bodies(robot, config)
+    n_inertial = 10 * len(bodies)
+    standard = _nearest_nominal(nominal, base, est)
+    if config.scope == "full" or config.estimator == "consistent":
         # many standard sets share these base values: take the physically consistent one
         # nearest the data, pulled to the nominal model only where the data are silent, with
         # a margin that keeps what a model file holds (the body less its welded parts) real
@@ -951,8 +1012,8 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
                                          nonnegative=signed, floor=floor,
                                          modelled=[b != robot.terminal_body for b in bodies])
 
-    body_parameters = bodies_of(standard)
-    terms = terms_of(standard)
+    body_parameters = _bodies_of(robot, config, standard)
+    terms = _terms_of(robot, config, standard)
     frictions = _joint_frictions(robot, config, names, standard, terms, nonlinear)
     terms["coulomb"] = np.array([f.coulomb_level for f in frictions])
     terms["viscous"] = np.array([f.viscous_level for f in frictions])
@@ -964,28 +1025,45 @@ def identify(robot: Robot, recording: Recording, config: IdentificationConfig = 
     cond, cond_raw = estimation.condition_numbers(estimation.triangle(reduced.stacked())[:base.rank, :base.rank])
     metrics = Metrics(rmse_joint, rmse, cond, cond_raw, base.rank, reduced.n_samples,
                       relative_rmse_per_joint=relative, relative_rmse=pooled)
-    result = IdentificationResult(
+    return IdentificationResult(
         scope=config.scope, config=config, joint_names=robot.joint_names, body_names=robot.body_names,
         terminal_body=robot.terminal_body, terminal_joint=robot.terminal_joint, column_names=names,
         standard=standard, base=base, estimate=est, body_parameters=body_parameters,
         coulomb=terms["coulomb"], viscous=terms["viscous"], armature=terms["armature"], offset=terms["offset"],
         metrics=metrics, friction=frictions, stiffness=terms["stiffness"], held=held,
         lumped=_lumped(base, names, n_inertial, held))
-    if validation is not None:
-        residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
-        for part, predicted in fitted_torque(robot, result, validation):
-            residual_sq += np.sum((part.tau - predicted) ** 2, axis=0)
-            torque_sq += np.sum(part.tau ** 2, axis=0)
-            count += part.n_samples
-        val_joint, val, val_relative, val_pooled = _rmse(residual_sq, torque_sq, count)
-        metrics = replace(metrics, validation_rmse_per_joint=val_joint, validation_rmse=val,
-                          validation_relative_rmse_per_joint=val_relative, validation_relative_rmse=val_pooled)
-    notes = tuple(recording.quality_notes) + (() if validation is None else
-                                              tuple(n for n in validation.quality_notes
-                                                    if n not in recording.quality_notes))
-    evidence = _evidence(robot, config, velocity_noise(recording.dq), motion.rms, est, base, standard,
-                         body_parameters, metrics, consistent)
-    return replace(result, metrics=metrics, verdict=judge(evidence, notes))
+
+
+def validation_sums(robot: Robot, result: IdentificationResult, validation: Recording, whole: bool = True) -> tuple:
+    """The identified model against ``validation``: (residual sum of squares (n,) N^2 m^2, the
+    torque's (n,), samples), over its prepared rows (fitted_torque, ``whole`` as there)."""
+    n = robot.n_joints
+    residual_sq, torque_sq, count = np.zeros(n), np.zeros(n), 0
+    for part, predicted in fitted_torque(robot, result, validation, whole):
+        residual_sq += np.sum((part.tau - predicted) ** 2, axis=0)
+        torque_sq += np.sum(part.tau ** 2, axis=0)
+        count += part.n_samples
+    return residual_sq, torque_sq, count
+
+
+def validated(result: IdentificationResult, residual_sq: np.ndarray, torque_sq: np.ndarray,
+              count: int) -> IdentificationResult:
+    """``result`` with its validation figures from validation_sums."""
+    val_joint, val, val_relative, val_pooled = _rmse(residual_sq, torque_sq, count)
+    return replace(result, metrics=replace(
+        result.metrics, validation_rmse_per_joint=val_joint, validation_rmse=val,
+        validation_relative_rmse_per_joint=val_relative, validation_relative_rmse=val_pooled))
+
+
+def judged(robot: Robot, result: IdentificationResult, noise: np.ndarray, motion: np.ndarray,
+           notes: tuple = ()) -> IdentificationResult:
+    """``result`` with its verdict: ``noise`` (n,) rad/s the raw velocity's noise level, ``motion``
+    (n,) rad/s the prepared velocity's RMS about its mean, ``notes`` the data's QualityNotes."""
+    config = result.config
+    evidence = _evidence(robot, config, noise, motion, result.estimate, result.base, result.standard,
+                         result.body_parameters, result.metrics,
+                         config.scope == "full" or config.estimator == "consistent")
+    return replace(result, verdict=judge(evidence, notes))
 
 
 class _Spread:
@@ -995,6 +1073,19 @@ class _Spread:
     def __init__(self, n: int):
         self.count, self.shift = 0, None
         self.total, self.squares = np.zeros(n), np.zeros(n)
+
+    def merged(self, other: "_Spread") -> "_Spread":
+        """The spread of this signal followed by ``other``'s (the sums moved to this one's shift)."""
+        if other.shift is None:
+            return self
+        if self.shift is None:
+            return other
+        out = _Spread(self.total.size)
+        move = other.shift - self.shift  # other's sums about self.shift
+        out.count, out.shift = self.count + other.count, self.shift
+        out.total = self.total + other.total + other.count * move
+        out.squares = self.squares + other.squares + 2.0 * move * other.total + other.count * move ** 2
+        return out
 
     def add(self, x: np.ndarray) -> None:
         if self.shift is None:

@@ -25,6 +25,7 @@ cuts at, so nothing is filtered or differentiated across a seam.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import time as wall
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from .recording import Recording
 STAMPS = ("header", "receive")
 JOINT_STATE = "sensor_msgs/msg/JointState"
 FIELDS = ("position", "velocity", "effort")
+CSV_CHUNK = 16384  # rows of a CSV parsed at once
 MOTOR_FIELD = "motor_position"
 # seconds between stretches, beyond the MAX_GAP_PERIODS sample periods prepare() cuts at
 SEAM_S = 1.0
@@ -158,6 +160,31 @@ class JointStateLog:
         self._rows[self._size] = values
         self._size += 1
         self.motor_unmeasured += unmeasured
+        return True
+
+    def extend(self, stamps: np.ndarray, values: np.ndarray) -> bool:
+        """Add many samples of the log's own joints at once when every one of them passes the
+        screening (``stamps`` (k,) ns increasing after the last kept one; ``values`` (k, 3n) or
+        (k, 4n) position, velocity, effort [and motor position], all finite): True when added,
+        False (nothing added or counted) otherwise: screen them one by one with ``add``."""
+        stamps, values = np.asarray(stamps, dtype=np.int64), np.asarray(values, dtype=float)
+        n = len(self.joint_names)
+        if values.shape != (stamps.size, (4 if self.motor else 3) * n) or not np.all(np.isfinite(values)):
+            return False
+        if stamps.size == 0 or np.any(np.diff(stamps) <= 0) or (self._size and stamps[0] <= self._stamps[self._size - 1]):
+            return stamps.size == 0
+        needed = self._size + stamps.size
+        if needed > len(self._stamps):
+            capacity = max(1024, 2 * self._size, needed)
+            self._stamps = np.resize(self._stamps, capacity)
+            rows = np.empty((capacity, values.shape[1]))
+            if self._size:
+                rows[:self._size] = self._rows[:self._size]
+            self._rows = rows
+        self._stamps[self._size:needed] = stamps
+        self._rows[self._size:needed] = values
+        self._size = needed
+        self.messages += stamps.size
         return True
 
     @property
@@ -351,19 +378,31 @@ def read_csv(path, joint_names=None) -> LoadedRecording:
             time_col = header.index("time")
             cols = [[header.index(f"{j}_{f}") for j in wanted] for f in fields]
             log = JointStateLog(wanted, motor=bool(motor))
-            for row in reader:
+            columns = [time_col] + [c for group in cols for c in group]
+            # chunks of clean rows in bulk (NumPy's parser, the same values); any chunk with a row
+            # the screening would look at twice (a bad cell, NaN, a stamp out of order) row by row
+            while chunk := list(itertools.islice(lines, CSV_CHUNK)):
                 try:
-                    t = float(row[time_col])
-                    values = [[float(row[c]) for c in group] for group in cols[:3]]
-                    # an empty motor-side cell: not measured at that sample
-                    values += [[float(row[c]) if row[c].strip() else math.nan for c in group] for group in cols[3:]]
+                    table = np.loadtxt(chunk, delimiter=",", usecols=columns, ndmin=2)
                 except (ValueError, IndexError):
-                    log.reject("with a missing or non-numeric value")
+                    table = None
+                if table is not None and np.all(np.isfinite(table[:, 0])) and log.extend(
+                        np.round(table[:, 0] * 1e9).astype(np.int64), table[:, 1:]):
                     continue
-                if not math.isfinite(t):
-                    log.reject("with NaN or infinite values")
-                    continue
-                log.add(int(round(t * 1e9)), wanted, *values)
+                for row in csv.reader(chunk):
+                    try:
+                        t = float(row[time_col])
+                        values = [[float(row[c]) for c in group] for group in cols[:3]]
+                        # an empty motor-side cell: not measured at that sample
+                        values += [[float(row[c]) if row[c].strip() else math.nan for c in group]
+                                   for group in cols[3:]]
+                    except (ValueError, IndexError):
+                        log.reject("with a missing or non-numeric value")
+                        continue
+                    if not math.isfinite(t):
+                        log.reject("with NaN or infinite values")
+                        continue
+                    log.add(int(round(t * 1e9)), wanted, *values)
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
     except UnicodeDecodeError:
