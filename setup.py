@@ -53,6 +53,7 @@ setup(
         "rosbags>=0.10",  # rosbag2 recordings (sysid-identify --recording)
         "matplotlib>=3.5",  # the PNG figures next to params.json
         "scikit-learn>=1.3",  # the GMM residual model
+        "dask[distributed]>=2024.8",  # sysid-fleet's cluster (sysid_core.fleet.cluster only)
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "pin"],
@@ -62,6 +63,7 @@ setup(
         "console_scripts": [
             "sysid-identify = sysid_core.cli:main",
             "sysid-calibrate-effort = sysid_core.cli.calibrate:calibrate_main",
+            "sysid-fleet = sysid_core.fleet.command:main",
             "trajectory_publisher = sysid_ros.trajectory_publisher:main",
             "mujoco_sim = sysid_ros.mujoco_sim:main",
             "identifier = sysid_ros.identifier:main",

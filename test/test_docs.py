@@ -95,9 +95,10 @@ def _page(path: Path) -> str:
 def _parsers() -> dict:
     from sysid_core.cli import build_parser
     from sysid_core.cli.calibrate import build_calibration_parser
+    from sysid_core.fleet.command import build_parser as build_fleet_parser
     from sysid_ros.sim_identify import build_parser as build_sim_parser
     return {"sysid-identify": build_parser(), "sysid-calibrate-effort": build_calibration_parser(),
-            "sysid-sim-identify": build_sim_parser()}
+            "sysid-sim-identify": build_sim_parser(), "sysid-fleet": build_fleet_parser()}
 
 
 def test_every_console_script_with_a_parser_is_covered():
@@ -122,7 +123,7 @@ def _cli_default(value) -> str | None:
     return str(value)
 
 
-@pytest.mark.parametrize("script", ["sysid-identify", "sysid-calibrate-effort", "sysid-sim-identify"])
+@pytest.mark.parametrize("script", ["sysid-identify", "sysid-calibrate-effort", "sysid-sim-identify", "sysid-fleet"])
 def test_cli_reference_lists_every_option_with_its_default(script):
     parser = _parsers()[script]
     section = _sections(_page(CLI_PAGE), 2).get(script)
