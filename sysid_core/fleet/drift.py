@@ -8,9 +8,9 @@ that RISES beyond the scatter of its own history is flagged; falling friction ne
 The statistic. On each new date, for each window r = 1 .. R of the last r values (the new one and the
 r - 1 before it), the window's mean is compared with the HISTORY: the values of the current regime (from the
 series' first date, or from the onset of its last flag) before the window. With the history's k values,
-mean m, sample variance v, and s2 the mean of their s_i^2 (0 when none is known):
+mean m, sample variance v, and s2 the mean of their s_i^2 (0 when none is known)::
 
-    floor^2  = max((relative_floor * |m|)^2, absolute_floor^2)
+    floor^2  = max((relative_floor * abs(m))^2, absolute_floor^2)
     sigma^2  = max(v, s2, floor^2)                   the scatter of one period's value about the level
     w        = max(sigma^2 - s2 + s_w^2, floor^2)    a window period's: the scatter the identifications' own
                                                      uncertainty does not explain, plus the window's own
