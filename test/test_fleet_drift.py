@@ -349,7 +349,7 @@ def test_a_level_about_zero_is_not_flagged_for_nothing():
 
 def test_a_second_rise_after_a_flag_is_flagged_again():
     """Two steps of 30 % (on days 5 and 11, 2 % scatter): two flags, each with its onset; the regime
-    restarts at the first onset, so the second step is measured against the new level."""
+    restarts where the first was raised, so the second step is measured against the new level."""
     rng = np.random.default_rng(12)
     n = 18
     days = np.arange(n)
@@ -358,6 +358,23 @@ def test_a_second_rise_after_a_flag_is_flagged_again():
     assert [(f.joint, f.term, f.since, f.detected) for f in flags] == [
         ("j", "viscous", _dates(n)[5], _dates(n)[5]), ("j", "viscous", _dates(n)[11], _dates(n)[11])]
     assert all(isinstance(f, DriftFlag) and f.statistic > DriftConfig().thresholds[0] for f in flags)
+
+
+def test_a_ramp_going_on_is_flagged_again_from_the_level_it_reached():
+    """A level rising 10 %/day from day 4 to the end of 14 days (2 % scatter), 200 seeds: the first flag
+    has the ramp's onset (within 2 days, as the requirement's 99 %); a flag after it is the rise gone on
+    beyond the level reached when the last was raised: its onset at or after that flag's detection,
+    never an onset already reported."""
+    firsts = []
+    for seed in range(200):
+        rng = np.random.default_rng(1000 + seed)
+        days = np.arange(DAYS)
+        values = 1.0 + RAMP * np.maximum(days - 4 + 1, 0) + SCATTER * rng.standard_normal(DAYS)
+        flags = series_drifts(DATES, values, np.full(DAYS, SCATTER), joint="j", term="coulomb")
+        assert flags
+        firsts.append((flags[0].since - DATES[4]).days)
+        assert all(b.since >= a.detected for a, b in zip(flags, flags[1:])), flags
+    assert sum(abs(o) > WITHIN for o in firsts) <= stats.binom.ppf(0.999, len(firsts), 1 - FOUND)
 
 
 def test_two_periods_on_one_date_are_refused():

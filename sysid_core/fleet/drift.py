@@ -7,7 +7,7 @@ that RISES beyond the scatter of its own history is flagged; falling friction ne
 
 The statistic. On each new date, for each window r = 1 .. R of the last r values (the new one and the
 r - 1 before it), the window's mean is compared with the HISTORY: the values of the current regime (from the
-series' first date, or from the onset of its last flag) before the window. With the history's k values,
+series' first date, or from the date its last flag was raised) before the window. With the history's k values,
 mean m, sample variance v, and s2 the mean of their s_i^2 (0 when none is known)::
 
     floor^2  = max((relative_floor * abs(m))^2, absolute_floor^2)
@@ -71,8 +71,9 @@ variance) over two shapes: a step up at a period (the level constant before it a
 linearly with time; ``since`` is that day, the last on the old level, searched over every calendar day from
 the regime's start to the day before ``detected``). The better fit of either shape wins (a tie goes to the
 step: with one raised value both fit it exactly, the ramp's onset one period earlier than the step's).
-After a flag the regime restarts at ``since``: its values become the new history, so a further rise on top
-of the new level is flagged again once the new history holds ``min_history`` values.
+After a flag the regime restarts at ``detected``: the level reached then is the new history, so a further
+rise on top of it (a ramp going on, or a second step) is flagged again once the new history holds
+``min_history`` values, its ``since`` at or after the last flag's ``detected``.
 """
 from __future__ import annotations
 
@@ -233,7 +234,9 @@ def series_drifts(dates, values, stds, joint: str = "", term: str = "coulomb",
         since = _onset(days[start:i + 1], values[start:i + 1])
         flags.append(DriftFlag(joint, term, datetime.date.fromordinal(since),
                                datetime.date.fromordinal(int(days[i])), best[1]))
-        start = int(np.searchsorted(days, since))  # the new level's periods are the next history
+        # the level reached when flagged is the next history: a ramp going on is flagged again
+        # only once it has risen beyond that level as a new rise would
+        start = i
     return flags
 
 
