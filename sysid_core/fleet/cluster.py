@@ -14,12 +14,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+import dask
 from dask.distributed import Client, LocalCluster, as_completed
 
 from ..errors import SysidError
 from ..identification.parts import merge_parts
 from . import period as steps
 from .manifest import Period
+
+
+# Set in each local worker before it starts. Dask sets MALLOC_TRIM_THRESHOLD_, which turns off glibc's
+# adaptive mmap threshold: every array above 128 kB is then mapped and unmapped afresh, and an
+# identification's blocks ran 45 % slower. Arrays up to 32 MiB (glibc's own adaptive ceiling) come
+# from the heap again; Dask's trimming still returns freed memory to the system.
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": 32 << 20}
 
 
 def _merge_tree(client: Client, parts: list, key: str):
@@ -67,7 +75,8 @@ def connect(scheduler: str | None = None, workers: int | None = None):
         with Client(scheduler) as client:
             yield client
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+    with dask.config.set({f"distributed.nanny.pre-spawn-environ.{name}": value for name, value in WORKER_ENVIRON.items()}), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         yield client
 
