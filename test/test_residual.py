@@ -5,6 +5,7 @@ conditional per component, written here from the GMR definition, on the JSON num
 The end-to-end cases simulate an arm whose torque holds a known effect the rigid model cannot
 explain (or none), identify it with sysid-identify and judge the model on a separate recording.
 """
+import copy
 import json
 
 import numpy as np
@@ -52,14 +53,22 @@ def _rms(a):
     return np.sqrt(np.mean(np.square(a), axis=0))
 
 
-def test_residual_model_explains_what_the_rigid_model_cannot():
-    rng = np.random.default_rng(0)
+NOISE = 0.03  # N m, the measured torque's noise in the recordings of ``_unexplained``
+
+
+@pytest.fixture(scope="module")
+def unexplained_fit():
+    """(model, q, dq): the residual model fitted to ``_unexplained`` with NOISE on recording 1."""
     q, dq = _motion(1)
-    noise = 0.03
-    model = fit_residual_model(JOINTS, q, dq, _unexplained(q, dq) + noise * rng.standard_normal(q.shape))
+    rng = np.random.default_rng(0)
+    return fit_residual_model(JOINTS, q, dq, _unexplained(q, dq) + NOISE * rng.standard_normal(q.shape)), q, dq
+
+
+def test_residual_model_explains_what_the_rigid_model_cannot(unexplained_fit):
+    model, _, _ = unexplained_fit
     assert all(j.applied for j in model.joints), [j.reason for j in model.joints]
-    qv, dqv = _motion(2)  # a separate recording
-    measured = _unexplained(qv, dqv) + noise * rng.standard_normal(qv.shape)
+    qv, dqv = _motion(2)  # a separate recording, with noise of its own
+    measured = _unexplained(qv, dqv) + NOISE * np.random.default_rng(2).standard_normal(qv.shape)
     without, with_model = _rms(measured), _rms(measured - model.predict(qv, dqv))
     assert np.all(with_model < 0.7 * without), (without, with_model)
 
@@ -169,15 +178,22 @@ def test_json_evaluated_by_an_independent_reference_equals_predict(tmp_path):
         loaded.predict(qv, dqv, dv)
 
 
-def test_far_from_its_data_the_model_corrects_nothing():
-    rng = np.random.default_rng(11)
-    q, dq = _motion(12)
-    model = fit_residual_model(JOINTS, q, dq, _unexplained(q, dq) + 0.03 * rng.standard_normal(q.shape))
+def test_far_from_its_data_the_model_corrects_nothing(unexplained_fit):
+    model, q, dq = unexplained_fit
     inside = model.predict(q[:500], dq[:500])
     assert np.all(np.abs(inside).max(axis=0) > 0.1)  # it does correct where it learnt
     # poses 5 rad and speeds 5 rad/s beyond any it was trained on
     far = model.predict(q[:500] + 5 + np.ptp(q), dq[:500] + 5 + np.ptp(dq))
     assert np.all(np.abs(far) < 1e-6), np.abs(far).max()
+
+
+@pytest.fixture(scope="module")
+def joint_entry():
+    """A joint's entry of a fitted model's JSON (dict), fitted once for every damage below."""
+    rng = np.random.default_rng(9)
+    q, dq = _motion(10)
+    return fit_residual_model(JOINTS, q, dq, _unexplained(q, dq) + 0.02 * rng.standard_normal(q.shape),
+                              components=(4,)).as_dict()["joints"][0]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -187,11 +203,8 @@ def test_far_from_its_data_the_model_corrects_nothing():
     (lambda e: e.update(inputs=["current:a", "dq:a"]), "inputs"),
     (lambda e: e.update(mean=[float("nan")] + e["mean"][1:]), "NaN"),
 ])
-def test_a_damaged_file_is_refused(change, message):
-    rng = np.random.default_rng(9)
-    q, dq = _motion(10)
-    entry = fit_residual_model(JOINTS, q, dq, _unexplained(q, dq) + 0.02 * rng.standard_normal(q.shape),
-                               components=(4,)).as_dict()["joints"][0]
+def test_a_damaged_file_is_refused(joint_entry, change, message):
+    entry = copy.deepcopy(joint_entry)
     assert entry["applied"], entry["reason"]
     JointResidual.from_dict(entry)
     change(entry)
@@ -223,14 +236,25 @@ def _gearbox(theta, dtheta, link):
     return -0.1 * np.abs(link) * np.tanh(dtheta / 0.05) + 0.03 * np.sin(8 * theta)
 
 
-def test_an_elastic_arm_with_a_gearbox_the_model_does_not_know(tmp_path):
+@pytest.fixture(scope="module")
+def elastic_runs():
+    """The planar arm with elastic transmissions and ``_gearbox``, tracking two multisines at
+    500 Hz: {"train": (plan, recording) of 40 s, "val": (plan, recording) of 20 s}."""
     robot = load_robot(PLANAR)
     stiffness, rotor = np.array([20000.0, 5000.0]), np.array([0.02, 0.01])
     transmission = Transmission(stiffness, 0.1 * np.sqrt(stiffness * rotor), rotor)
+    runs = {}
     for name, seed, duration in (("train", 0, 40.0), ("val", 1, 20.0)):
         plan = multisine(robot.joint_range, duration, 500.0, seed=seed, max_velocity=1.0)
-        rf.write_csv(tmp_path / f"{name}.csv", simulate_elastic(PLANAR, plan, transmission, robot.model,
-                                                                seed=10 + seed, rotor_torque=_gearbox))
+        runs[name] = plan, simulate_elastic(PLANAR, plan, transmission, robot.model, seed=10 + seed,
+                                            rotor_torque=_gearbox)
+    return runs
+
+
+def test_an_elastic_arm_with_a_gearbox_the_model_does_not_know(elastic_runs, tmp_path):
+    robot = load_robot(PLANAR)
+    for name, (_, recording) in elastic_runs.items():
+        rf.write_csv(tmp_path / f"{name}.csv", recording)
     document = _identify(PLANAR, tmp_path, str(tmp_path / "train.csv"), "--validation-recording",
                          str(tmp_path / "val.csv"))
     without, with_model = _validation(document)
@@ -274,21 +298,21 @@ def test_a_short_recording_is_never_made_worse(tmp_path):
         assert joint["applied"] or joint["reason"].startswith("not applied"), joint
 
 
-def test_predict_torque_adds_the_json_models_correction(tmp_path):
+def test_predict_torque_adds_the_json_models_correction(elastic_runs):
     """``predict_torque`` with a residual model read back from its JSON: the identified model's
     torque plus, per joint, the NumPy-only reference evaluation of the file at (q, dq, that torque,
-    the deflection)."""
+    the deflection). Identified from every 4th sample of the training run (125 Hz, over twice the
+    rows a second the 10 Hz low-pass needs: run_size.ROWS_PER_CUTOFF): the comparison is exact
+    whatever the model's quality, it only needs a joint whose correction is applied."""
     robot = load_robot(PLANAR)
-    stiffness, rotor = np.array([20000.0, 5000.0]), np.array([0.02, 0.01])
-    plan = multisine(robot.joint_range, 30.0, 500.0, seed=0, max_velocity=1.0)
-    recording = simulate_elastic(PLANAR, plan, Transmission(stiffness, 0.1 * np.sqrt(stiffness * rotor), rotor),
-                                 robot.model, seed=10, rotor_torque=_gearbox)
+    plan, full = elastic_runs["train"]
+    recording = full.rows(slice(None, None, 4))
     result = identify(robot, recording, IdentificationConfig())
     model, _ = compensate(robot, result, recording)
     assert any(j.applied for j in model.joints), [j.reason for j in model.joints]
     document = json.loads(json.dumps(model.as_dict()))
     loaded = ResidualModel.from_dict(document)
-    q, dq, ddq, motor_q = plan.q[::7], plan.dq[::7], plan.ddq[::7], recording.motor_q[::7]
+    q, dq, ddq, motor_q = plan.q[::7], plan.dq[::7], plan.ddq[::7], full.motor_q[::7]
     rigid = predict_torque(robot, result, q, dq, ddq)
     corrected = predict_torque(robot, result, q, dq, ddq, residual=loaded, motor_q=motor_q)
     for j, entry in enumerate(document["joints"]):
