@@ -106,11 +106,17 @@ def _executor():
         return SingleThreadedExecutor()
 
 
-def _spin_until(executor, condition, deadline: float) -> bool:
+def _spin_until(executor, condition, deadline: float, pause: float = 0.0) -> bool:
+    """Spin until ``condition()`` or ``deadline`` (monotonic s); False on the deadline. ``pause`` s
+    between spins: while a service call is pending this rclpy's spin_once returns at once (it runs
+    the call's task again), and a loop without a pause holds the interpreter lock the answering
+    node's worker thread needs."""
     while not condition():
         if time.monotonic() > deadline:
             return False
         executor.spin_once(timeout_sec=0.05)
+        if pause:
+            time.sleep(pause)
     return True
 
 
@@ -259,7 +265,7 @@ def simulate_and_identify(args) -> Outcome:
         if not trigger.wait_for_service(timeout_sec=10.0):
             return Outcome(f"{trigger.srv_name} is not available", **counts)
         future = trigger.call_async(Trigger.Request())
-        if not _spin_until(executor, future.done, deadline):
+        if not _spin_until(executor, future.done, deadline, pause=0.002):
             return Outcome(f"{trigger.srv_name} did not answer in time", **counts)
         response = future.result()
         if not response.success:
@@ -307,10 +313,12 @@ def run(args) -> Outcome:
     ``args`` as parsed by ``build_parser()``; bad files raise SysidError, OSError or ValueError.
     """
     rclpy.init()
+    interval = sys.getswitchinterval()  # --damiao shortens it for its emulated motors' thread
     try:
         return simulate_and_identify(args)
     finally:
         rclpy.try_shutdown()
+        sys.setswitchinterval(interval)
 
 
 # exit status, as sysid-identify's: bad input 2; no trusted model (a failed verdict, a run that

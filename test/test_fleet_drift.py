@@ -373,7 +373,7 @@ def test_a_ramp_going_on_is_flagged_again_from_the_level_it_reached():
         flags = series_drifts(DATES, values, np.full(DAYS, SCATTER), joint="j", term="coulomb")
         assert flags
         firsts.append((flags[0].since - DATES[4]).days)
-        assert all(b.since >= a.detected for a, b in zip(flags, flags[1:])), flags
+        assert all(b.since >= a.detected and b.since > a.since for a, b in zip(flags, flags[1:])), flags
     assert sum(abs(o) > WITHIN for o in firsts) <= stats.binom.ppf(0.999, len(firsts), 1 - FOUND)
 
 

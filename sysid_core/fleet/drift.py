@@ -73,7 +73,8 @@ the regime's start to the day before ``detected``). The better fit of either sha
 step: with one raised value both fit it exactly, the ramp's onset one period earlier than the step's).
 After a flag the regime restarts at ``detected``: the level reached then is the new history, so a further
 rise on top of it (a ramp going on, or a second step) is flagged again once the new history holds
-``min_history`` values, its ``since`` at or after the last flag's ``detected``.
+``min_history`` values, its ``since`` after the last flag's (a rise whose onset is the last flag's own
+is that rise going on: no new flag, and the history restarts at the level it has reached).
 """
 from __future__ import annotations
 
@@ -232,6 +233,9 @@ def series_drifts(dates, values, stds, joint: str = "", term: str = "coulomb",
         if best is None:
             continue
         since = _onset(days[start:i + 1], values[start:i + 1])
+        if flags and since <= flags[-1].since.toordinal():
+            start = i  # the flagged rise going on from the level it reached when flagged: no new onset
+            continue
         flags.append(DriftFlag(joint, term, datetime.date.fromordinal(since),
                                datetime.date.fromordinal(int(days[i])), best[1]))
         # the level reached when flagged is the next history: a ramp going on is flagged again

@@ -32,6 +32,7 @@ from ..results.export import params_document
 from .manifest import ModelSpec, Period
 from .summary import PeriodSummary
 
+
 @dataclass(frozen=True, eq=False)
 class Outcome:
     """What a period gave: ``result`` (None when it could not be identified), the params.json
