@@ -5,7 +5,7 @@ their standard deviations (N m, N m s/rad), the period's verdict and its reasons
 body) mass and its standard deviation (kg), centre of mass (m, in the terminal body's frame) and its
 standard deviation (mm), the samples and hours identified, the params.json path and the error. The
 period's columns (verdict to error) repeat on each of its joints' rows. A cell is empty for None (no
-payload in the joint scope, no error); floats are written as Python's repr (the shortest text that reads
+payload in the full scope, no error); floats are written as Python's repr (the shortest text that reads
 back to the same double; ``nan`` and ``inf`` as such), so read_fleet_csv returns exactly what was written.
 ``reasons`` is a JSON list of strings (empty cell for none), so any text survives (an empty ``error``
 text reads back as None, the one thing that does not). A period without
