@@ -260,19 +260,26 @@ def _check_recording_options(args: argparse.Namespace) -> None:
                              "inverse dynamics)")
 
 
-def _recorded_data(args: argparse.Namespace, robot):
-    """(identification, validation or None) from the --recording files, the validation the last
-    --validation-fraction of the samples."""
-    loaded = read_recordings(args.recording, robot.joint_names, topic=args.topic, stamps=args.stamps,
+def read_recorded(args: argparse.Namespace, robot, paths) -> tuple:
+    """(Recording, LoadedRecording, samples missing from the stamps or None) of the recording files
+    ``paths`` read with ``args``' topics and stamps, effort gains applied and the samples lost
+    before they were recorded noted (what --recording gives, for sysid-fleet too)."""
+    loaded = read_recordings(paths, robot.joint_names, topic=args.topic, stamps=args.stamps,
                              motor_topic=args.motor_topic)
-    recording = _with_effort_gains(args, loaded.recording)
-    summary = loaded.summary()
+    recording, missing = _with_effort_gains(args, loaded.recording), None
     if args.stamps == "header":  # receive stamps have no holes to count: a late message is not a lost one
         # samples lost before they were recorded (holes in the stamps of each file): the verdict says so
         missing = missing_in_stretches(recording, loaded.stretches)
-        summary += f"; {missing} missing from the stamps"
         recording = dataclasses.replace(recording, quality_notes=recording.quality_notes + lost_sample_notes(
             missing, recording.n_samples, ", ".join(str(p) for p in loaded.files)))
+    return recording, loaded, missing
+
+
+def _recorded_data(args: argparse.Namespace, robot):
+    """(identification, validation or None) from the --recording files, the validation the last
+    --validation-fraction of the samples."""
+    recording, loaded, missing = read_recorded(args, robot, args.recording)
+    summary = loaded.summary() + ("" if missing is None else f"; {missing} missing from the stamps")
     print(f"Read {', '.join(str(p) for p in loaded.files)}: {summary}")
     if args.effort_gains is not None:
         print(f"Effort gains from {args.effort_gains}: " + ", ".join(

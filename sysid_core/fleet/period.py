@@ -11,7 +11,6 @@ period whole in one step, for the options that need every sample in one place
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,12 @@ import numpy as np
 
 from ..dynamics.model import load_robot
 from ..errors import DataError, SysidError
-from ..identification.actuator import EffortGains, apply_effort_gains
 from ..identification.identify import (IdentificationResult, identify, structural_base_parameters,
                                        validation_sums)
 from ..identification.parts import (Part, concluded_parts, correlation_residuals, estimated, finished,
                                     parts_problem, reduce_part, residual_blocks)
 from ..identification.recording import Recording
-from ..identification.recording_files import read_csv, read_recordings, read_rosbag
+from ..identification.recording_files import read_csv, read_rosbag
 from ..identification.screening import lost_sample_notes, missing_in_stretches
 from ..results.export import params_document
 from .manifest import ModelSpec, Period
@@ -65,9 +63,9 @@ def load_file(period: Period, index: int) -> Recording:
         recording = read_csv(path, robot.joint_names).recording
     else:
         recording = read_rosbag(path, robot.joint_names, args.topic, args.stamps).recording
-    recording = recording.select(robot.joint_names)
-    return recording if args.effort_gains is None else apply_effort_gains(recording,
-                                                                         EffortGains.load(args.effort_gains))
+    from ..cli import _with_effort_gains
+
+    return _with_effort_gains(args, recording.select(robot.joint_names))
 
 
 def file_facts(period: Period, recording: Recording) -> tuple:
@@ -145,16 +143,11 @@ def finish_period(period: Period, result: IdentificationResult, part: Part, sums
 
 def identify_period(period: Period) -> Outcome:
     """The whole period in one step: its files read here, joined and identified by identify()."""
+    from ..cli import read_recorded
+
     robot, args, config, *_ = setup(period.model)
     try:
-        loaded = read_recordings(period.files, robot.joint_names, topic=args.topic, stamps=args.stamps)
-        recording = loaded.recording
-        if args.effort_gains is not None:
-            recording = apply_effort_gains(recording, EffortGains.load(args.effort_gains))
-        if args.stamps == "header":
-            missing = missing_in_stretches(recording, loaded.stretches)
-            recording = dataclasses.replace(recording, quality_notes=lost_sample_notes(
-                missing, recording.n_samples, ", ".join(period.files)))
+        recording, loaded, _ = read_recorded(args, robot, period.files)
         identification, validation = (recording.split(args.validation_fraction) if args.validation_fraction > 0
                                       else (recording, None))
         result = identify(robot, identification, config, validation=validation)
